@@ -1,0 +1,5 @@
+import sys
+
+from tritonforge.cli import main
+
+sys.exit(main())

@@ -1,0 +1,140 @@
+"""Comparing a candidate's outputs with the reference's, in the trusted judge process.
+
+Covers: structure (number and kind of outputs), exact shape and dtype, values within per-dtype
+tolerance (|got - expected| <= atol + rtol * |expected|, no broadcasting), the NaN/Inf policy, and
+mismatch details (max/mean abs diff, worst index with expected vs got, count of mismatches).
+Does not cover: how outputs arrive (protocol.py) or what the verdict says (judge.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tritonforge.evaluation.protocol import flatten_tensors
+from tritonforge.types import Mismatch, Status
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def compare(
+    expected: Any,
+    got: Any,
+    tolerance_of,  # callable: dtype name -> tolerance
+    nan_policy: str = "match",
+    atol: float | None = None,
+    rtol: float | None = None,
+) -> tuple[Status, Mismatch | None, str]:
+    """(CORRECT, None, "") or the failing status, its details and a one-line reason."""
+    exp_items, got_items = _as_list(expected), _as_list(got)
+    if len(exp_items) != len(got_items):
+        return (
+            Status.SHAPE_MISMATCH,
+            Mismatch(trial=0, distribution=""),
+            f"expected {len(exp_items)} outputs, got {len(got_items)}",
+        )
+    for idx, (e, g) in enumerate(zip(exp_items, got_items)):
+        if isinstance(e, torch.Tensor) != isinstance(g, torch.Tensor):
+            return (
+                Status.SHAPE_MISMATCH,
+                Mismatch(trial=0, distribution="", output_index=idx),
+                f"output {idx}: expected a {type(e).__name__}, got a {type(g).__name__}",
+            )
+        if not isinstance(e, torch.Tensor):
+            e_t, g_t = (
+                torch.tensor(float(e)),
+                torch.tensor(float(g)) if isinstance(g, (int, float)) else None,
+            )
+            if g_t is None:
+                return (
+                    Status.SHAPE_MISMATCH,
+                    Mismatch(trial=0, distribution="", output_index=idx),
+                    f"output {idx}: expected a number",
+                )
+            e, g = e_t, g_t
+        status, mm, why = _compare_tensor(e, g, idx, tolerance_of, nan_policy, atol, rtol)
+        if status is not Status.CORRECT:
+            return status, mm, why
+    return Status.CORRECT, None, ""
+
+
+def _compare_tensor(
+    e: torch.Tensor, g: torch.Tensor, idx: int, tolerance_of, nan_policy: str, atol, rtol
+):
+    base = Mismatch(
+        trial=0,
+        distribution="",
+        output_index=idx,
+        expected_shape=list(e.shape),
+        got_shape=list(g.shape),
+        expected_dtype=str(e.dtype).replace("torch.", ""),
+        got_dtype=str(g.dtype).replace("torch.", ""),
+    )
+    if tuple(e.shape) != tuple(g.shape):
+        return (
+            Status.SHAPE_MISMATCH,
+            base,
+            f"output {idx}: expected shape {list(e.shape)}, got {list(g.shape)}",
+        )
+    if e.dtype != g.dtype:
+        return (
+            Status.DTYPE_MISMATCH,
+            base,
+            f"output {idx}: expected dtype {base.expected_dtype}, got {base.got_dtype}",
+        )
+    g = g.to(e.device)
+    if e.numel() == 0:
+        return Status.CORRECT, None, ""
+    if e.dtype == torch.bool or not (e.is_floating_point() or e.is_complex()):
+        bad = e != g
+        return _finish(e.float(), g.float(), bad, base, idx, "values differ")
+    tol = tolerance_of(base.expected_dtype)
+    a = tol if atol is None else atol
+    r = tol if rtol is None else rtol
+    # fp16/bf16 are compared in fp32; fp32/fp64 in their own precision (no 2x memory blow-up)
+    ed, gd = (e.float(), g.float()) if e.dtype in (torch.float16, torch.bfloat16) else (e, g)
+    e_fin, g_fin = torch.isfinite(ed), torch.isfinite(gd)
+    if nan_policy == "forbid":
+        nonfinite = ~g_fin
+    else:  # NaN where the reference has NaN, +-Inf where it has the same Inf
+        same_nan = torch.isnan(ed) & torch.isnan(gd)
+        same_inf = torch.isinf(ed) & (ed == gd)
+        nonfinite = (~e_fin | ~g_fin) & ~(same_nan | same_inf)
+    both = e_fin & g_fin
+    diff = torch.where(both, (ed - gd).abs(), torch.zeros_like(ed))
+    bad = nonfinite | (both & (diff > a + r * ed.abs()))
+    return _finish(ed, gd, bad, base, idx, f"values differ beyond atol={a:g}, rtol={r:g}", diff)
+
+
+def _finish(ed, gd, bad, base: Mismatch, idx: int, why: str, diff=None):
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        return Status.CORRECT, None, ""
+    if diff is None:
+        diff = (ed - gd).abs()
+    finite = torch.isfinite(diff)
+    score = torch.where(
+        bad,
+        torch.where(finite, diff, torch.full_like(diff, float("inf"))),
+        torch.full_like(diff, -1.0),
+    )
+    flat = int(torch.argmax(score.reshape(-1)))
+    worst = list(torch.unravel_index(torch.tensor(flat), ed.shape)) if ed.dim() else []
+    fd = diff[finite]
+    base.max_abs_diff = float(fd.max()) if fd.numel() else None
+    base.mean_abs_diff = float(fd.mean()) if fd.numel() else None
+    base.worst_index = [int(i) for i in worst]
+    base.worst_expected = float(ed.reshape(-1)[flat])
+    base.worst_got = float(gd.reshape(-1)[flat])
+    base.mismatched = n_bad
+    base.numel = int(ed.numel())
+    return Status.NUMERICAL_MISMATCH, base, f"output {idx}: {n_bad}/{ed.numel()} elements {why}"
+
+
+def output_bytes(value: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in flatten_tensors(value))

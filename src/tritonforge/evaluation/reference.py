@@ -1,0 +1,186 @@
+"""Trusted side of a problem: the reference module, hidden-seed inputs, and cached reference outputs.
+
+Covers: executing a problem's reference source in the judge process (it is problem-provided and
+trusted), building `Model` with an init seed, drawing inputs for a hidden seed and an input
+distribution, computing and caching reference outputs per (problem, seed, distribution, device)
+with a byte budget, and packing inputs once into a sealed memfd that every worker maps
+read-only. Does not cover: candidate code (never imported here) or comparison (compare.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import types
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tritonforge.evaluation.protocol import flatten_tensors, map_tensors, pack
+from tritonforge.types import Problem
+
+INIT_SEED = 42
+_RNG_LOCK = threading.Lock()  # get_inputs/Model() use torch's global RNG: one seeded draw at a time
+DISTRIBUTIONS = ("native", "shifted", "scaled", "positive")
+
+
+class ReferenceError(Exception):
+    """The reference itself is broken (does not load or run): not the candidate's fault."""
+
+
+def load_module(src: str, name: str) -> types.ModuleType:
+    """Execute a reference source as a fresh module (trusted code)."""
+    mod = types.ModuleType(f"tf_reference_{hashlib.sha1(name.encode()).hexdigest()[:10]}")
+    mod.__file__ = f"<reference {name}>"
+    try:
+        exec(compile(src, mod.__file__, "exec"), mod.__dict__)
+    except Exception as exc:
+        raise ReferenceError(
+            f"reference {name} failed to load: {type(exc).__name__}: {exc}"
+        ) from exc
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(mod, attr):
+            raise ReferenceError(f"reference {name} defines no {attr}")
+    return mod
+
+
+def transform(x: torch.Tensor, dist: str, gen: torch.Generator) -> torch.Tensor:
+    """Apply an input distribution to one floating tensor (integer/bool tensors pass unchanged).
+
+    native: unchanged. shifted: non-zero mean (x + c, or x*a + c for non-negative inputs).
+    scaled: x * 4. positive: |x| + 0.05. Sign constraints of non-negative inputs are kept.
+    """
+    if dist == "native" or not x.is_floating_point() or x.numel() == 0:
+        return x
+    nonneg = bool((x >= 0).all())
+    u = float(torch.rand((), generator=gen))
+    if dist == "shifted":
+        return x * (1.0 + u) + (0.25 + u) if nonneg else x + (0.75 + u)
+    if dist == "scaled":
+        return x * 4.0
+    if dist == "positive":
+        return x.abs() + 0.05
+    raise ValueError(f"unknown distribution {dist!r}; known: {DISTRIBUTIONS}")
+
+
+@dataclass
+class Case:
+    """One set of inputs, its reference outputs and the packed memfd shared with workers."""
+
+    inputs: list[Any]
+    expected: Any
+    desc: dict[str, Any]
+    fd: int
+    nbytes: int
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+@dataclass
+class Reference:
+    """A loaded problem on one device: the module, the model and a cache of cases."""
+
+    problem: Problem
+    device: str
+    module: types.ModuleType
+    model: torch.nn.Module
+    init_inputs: list[Any]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def draw_inputs(self, seed: int, dist: str) -> list[Any]:
+        gen = torch.Generator().manual_seed(seed ^ 0x5EED)
+        with _RNG_LOCK:
+            torch.manual_seed(seed)
+            raw = list(self.module.get_inputs())
+        return [map_tensors(v, lambda t: transform(t, dist, gen)) for v in raw]
+
+    def run(self, inputs: list[Any]) -> Any:
+        dev_inputs = [map_tensors(v, lambda t: t.to(self.device)) for v in inputs]
+        with torch.no_grad():
+            out = self.model(*dev_inputs)
+        return map_tensors(out, lambda t: t.detach())
+
+
+class ReferenceStore:
+    """Thread-safe cache of loaded references and their cases, bounded by bytes (LRU)."""
+
+    def __init__(self, max_bytes: int = 4 << 30):
+        self.max_bytes = max_bytes
+        self._refs: dict[tuple[str, str, str], Reference] = {}
+        self._cases: OrderedDict[tuple, Case] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _src_key(problem: Problem) -> str:
+        return hashlib.sha256(problem.reference_src.encode()).hexdigest()[:16]
+
+    def reference(self, problem: Problem, device: str) -> Reference:
+        key = (problem.id, self._src_key(problem), device)
+        with self._lock:
+            ref = self._refs.get(key)
+        if ref is not None:
+            return ref
+        module = load_module(problem.reference_src, problem.id)
+        try:
+            with _RNG_LOCK:
+                torch.manual_seed(INIT_SEED)
+                init_inputs = list(module.get_init_inputs())
+                torch.manual_seed(INIT_SEED)
+                model = module.Model(*init_inputs)
+            if isinstance(model, torch.nn.Module):
+                model = model.to(device)
+        except Exception as exc:
+            raise ReferenceError(
+                f"reference {problem.id} failed to build: {type(exc).__name__}: {exc}"
+            ) from exc
+        ref = Reference(problem, device, module, model, init_inputs)
+        with self._lock:
+            return self._refs.setdefault(key, ref)
+
+    def case(self, ref: Reference, seed: int, dist: str) -> Case:
+        key = (ref.problem.id, self._src_key(ref.problem), ref.device, seed, dist)
+        with self._lock:
+            case = self._cases.get(key)
+            if case is not None:
+                self._cases.move_to_end(key)
+                return case
+        with ref.lock:  # one thread computes a given problem's cases at a time
+            try:
+                inputs = ref.draw_inputs(seed, dist)
+                expected = ref.run(inputs)
+            except Exception as exc:
+                raise ReferenceError(
+                    f"reference {ref.problem.id} failed on its own inputs: {type(exc).__name__}: {exc}"
+                ) from exc
+            desc, fd = pack(inputs)
+            nbytes = desc["size"] + sum(
+                t.numel() * t.element_size() for t in flatten_tensors(expected)
+            )
+            case = Case(inputs, expected, desc, fd, nbytes)
+        with self._lock:
+            if key in self._cases:
+                case.close()
+                return self._cases[key]
+            self._cases[key] = case
+            self._bytes += case.nbytes
+            while self._bytes > self.max_bytes and len(self._cases) > 1:
+                _, old = self._cases.popitem(last=False)
+                self._bytes -= old.nbytes
+                old.close()
+        return case
+
+    def clear(self) -> None:
+        with self._lock:
+            for c in self._cases.values():
+                c.close()
+            self._cases.clear()
+            self._refs.clear()
+            self._bytes = 0

@@ -1,0 +1,63 @@
+"""Rewards: pure functions from a Verdict to a float, in a registry keyed by name.
+
+Covers: `tritonforge`, `kevin`, `log_speedup`, and the hack penalty. Does not cover: per-turn
+returns or normalisation (see rollout.returns and rollout.buffer).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from tritonforge.types import Status, Verdict
+
+RewardFn = Callable[[Verdict], float]
+REWARDS: dict[str, RewardFn] = {}
+
+
+def register(name: str) -> Callable[[RewardFn], RewardFn]:
+    def deco(fn: RewardFn) -> RewardFn:
+        REWARDS[name] = fn
+        return fn
+
+    return deco
+
+
+@register("tritonforge")
+def tritonforge_reward(v: Verdict) -> float:
+    """0 for no code or a fault; 0.1 if it ran but was wrong; 0.3 + min(max(s-1, 0), 2) if correct."""
+    if v.status is Status.CORRECT:
+        s = v.speedup
+        return 0.3 + (min(max(s - 1.0, 0.0), 2.0) if s is not None else 0.0)
+    if v.status.ran:
+        return 0.1
+    return 0.0
+
+
+@register("kevin")
+def kevin_reward(v: Verdict) -> float:
+    """Kevin-style: 0.3 + speedup if correct, else 0 (speedup counts 0 when it was not timed)."""
+    if v.status is Status.CORRECT:
+        return 0.3 + (v.speedup or 0.0)
+    return 0.0
+
+
+@register("log_speedup")
+def log_speedup_reward(v: Verdict) -> float:
+    """0.3 + ln(speedup) clipped to [-0.15, 3] if correct (never below 'ran but wrong'), 0.1 if wrong."""
+    if v.status is Status.CORRECT:
+        if v.speedup is None or v.speedup <= 0:
+            return 0.3
+        return 0.3 + min(max(math.log(v.speedup), -0.15), 3.0)
+    if v.status.ran:
+        return 0.1
+    return 0.0
+
+
+def compute_reward(v: Verdict, name: str = "tritonforge", hack_penalty: float = 0.0) -> float:
+    """Reward of `v` under the named function; reward hacks get `hack_penalty`."""
+    if v.status is Status.REWARD_HACK:
+        return hack_penalty
+    if name not in REWARDS:
+        raise KeyError(f"unknown reward {name!r}; known: {sorted(REWARDS)}")
+    return float(REWARDS[name](v))

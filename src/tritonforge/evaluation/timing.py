@@ -1,0 +1,71 @@
+"""Timing: statistics, the judge-side timing of the reference, and plausibility bounds.
+
+Covers: `stats` (median, mean, std, min, max over trials after dropping the first), timing the
+reference (eager, and torch.compile as a second baseline) in the judge process with the same
+method the worker uses for the candidate (L2 flush before each trial, host timer around the
+call, device-wide synchronize so side streams count), and a roofline bound on speedup.
+Does not cover: the candidate's timing loop (worker.py) or the interleaving schedule (judge.py).
+On the CPU interpreter nothing is timed: interpreted Triton says nothing about GPU speed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from tritonforge.types import Timing
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+H200_BANDWIDTH = 4.8e12  # bytes/s (datasheet; ~4.3 measured)
+H200_BF16 = 990e12  # dense FLOP/s (datasheet)
+
+
+def stats(times_ms: list[float], drop_first: bool = True) -> Timing:
+    xs = list(times_ms[1:] if drop_first and len(times_ms) > 2 else times_ms)
+    return Timing(
+        median_ms=statistics.median(xs),
+        mean_ms=statistics.fmean(xs),
+        std_ms=statistics.pstdev(xs) if len(xs) > 1 else 0.0,
+        min_ms=min(xs),
+        max_ms=max(xs),
+        trials=len(xs),
+    )
+
+
+class ReferenceTimer:
+    """Times a callable on one CUDA device the same way the worker times candidates."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+
+    def _sync(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def time(self, fn, inputs: list[Any], warmup: int, trials: int) -> list[float]:
+        out = []
+        with torch.no_grad():
+            for _ in range(warmup):
+                fn(*inputs)
+            self._sync()
+            for _ in range(trials):
+                self.flush.zero_()
+                self._sync()
+                t0 = time.perf_counter_ns()
+                fn(*inputs)
+                self._sync()
+                out.append((time.perf_counter_ns() - t0) / 1e6)
+        return out
+
+
+def roofline_ms(flops: float | None, nbytes: float | None) -> float | None:
+    """Lower bound on runtime from the H200's peak bandwidth and bf16 FLOP rate."""
+    bounds = []
+    if nbytes:
+        bounds.append(nbytes / H200_BANDWIDTH * 1e3)
+    if flops:
+        bounds.append(flops / H200_BF16 * 1e3)
+    return max(bounds) if bounds else None

@@ -1,0 +1,342 @@
+"""Worker: the sandboxed child that imports one candidate and runs what the judge asks.
+
+Covers the child side of the protocol: `load` (write the source to scratch, arm the audit, import,
+build ModelNew with the judge's seed and init inputs), `run` (one correctness trial: inputs from
+shared memory, forward under audit, outputs back through a memfd), `time` (warmup and timed
+trials with captured timers, L2 flush, device-wide synchronize) and `exit`. Every reply is a
+JSON object; failures carry a status name and a trimmed message. Reference outputs never exist
+here: the judge keeps them.
+
+Does not cover: isolation (sandbox.py, applied before `main`), judging (judge.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+import torch
+
+from tritonforge.evaluation import audit
+from tritonforge.evaluation.classify import classify_exception, raised_in_kernel, trim_traceback
+from tritonforge.evaluation.protocol import (
+    Reader,
+    flatten_tensors,
+    map_tensors,
+    pack,
+    send_msg,
+    unpack,
+)
+from tritonforge.types import Status
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+
+
+def preload() -> None:
+    """Imports and wrappers done once in the fork server, inherited by every worker."""
+    import traceback  # noqa: F401
+
+    import torch.profiler
+
+    # The first profiler session in a process costs ~2 s (Kineto start-up); pay it once here.
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.relu(torch.zeros(4))
+    prof.events()
+    audit.preload()
+
+
+class Worker:
+    def __init__(self, sock: socket.socket, spec: dict[str, Any], report: Any):
+        self.sock = sock
+        self.reader = Reader(sock)
+        self.spec = spec
+        self.report = report
+        self.device = "cpu"
+        self.model: torch.nn.Module | None = None
+        self.path = ""
+        self.kernel_codes: set = set()
+        self.flush: torch.Tensor | None = None
+
+    # -- helpers -----------------------------------------------------------------------------
+    def reply(self, obj: dict[str, Any], fds: list[int] | None = None) -> None:
+        send_msg(self.sock, obj, fds)
+
+    def fail(self, exc: BaseException, phase: str) -> None:
+        status = classify_exception(exc, phase, raised_in_kernel(exc, self.kernel_codes))
+        self.reply(
+            {
+                "ok": False,
+                "status": status.value,
+                "phase": phase,
+                "message": trim_traceback(exc, self.path),
+                "audit": self._audit_extra(),
+            }
+        )
+
+    def _audit_extra(self) -> dict[str, Any]:
+        audit.tamper_check()
+        return {
+            "violations": list(audit.STATE.violations),
+            "launches_ok": sum(1 for x in audit.STATE.launches if x.ok),
+        }
+
+    def _sync(self) -> None:
+        if self.device.startswith("cuda"):
+            audit.STATE.originals["cuda_sync"]()
+
+    def _inputs(self, msg: dict[str, Any], fds: list[int]) -> list[Any]:
+        try:
+            values = unpack(msg["inputs"], fds[0], keep_strides=True)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return [map_tensors(v, lambda t: t.to(self.device)) for v in values]
+
+    # -- ops -----------------------------------------------------------------------------------
+    def load(self, msg: dict[str, Any], fds: list[int]) -> None:
+        self.device = msg.get("device", "cpu")
+        scratch = os.getcwd()
+        self.path = os.path.join(scratch, "candidate.py")
+        with open(self.path, "w") as f:
+            f.write(msg["source"])
+        init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds)
+        allow = ("triton", "library") if msg.get("backend") == "cuda" else ("triton",)
+        audit.arm(self.path, scratch, allow)
+        phase = "import"
+        try:
+            spec = importlib.util.spec_from_file_location("candidate", self.path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["candidate"] = module
+            spec.loader.exec_module(module)
+            self.kernel_codes = _kernel_codes(module)
+            if not isinstance(getattr(module, "ModelNew", None), type):
+                self.reply(
+                    {
+                        "ok": False,
+                        "status": Status.MISSING_MODEL_NEW.value,
+                        "phase": "import",
+                        "message": "the file defines no class ModelNew",
+                        "audit": self._audit_extra(),
+                    }
+                )
+                return
+            phase = "init"
+            torch.manual_seed(int(msg["init_seed"]))
+            model = module.ModelNew(*init_inputs)
+            if isinstance(model, torch.nn.Module):
+                model = model.to(self.device)
+            self.model = model
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self.fail(exc, phase)
+            return
+        self.reply(
+            {
+                "ok": True,
+                "sandbox": {
+                    "namespaces": self.report.namespaces,
+                    "user": self.report.user,
+                    "warnings": self.report.warnings,
+                },
+                "audit": self._audit_extra(),
+            }
+        )
+
+    def run(self, msg: dict[str, Any], fds: list[int]) -> None:
+        inputs = self._inputs(msg, fds)
+        clean = [map_tensors(v, lambda t: t.clone()) for v in inputs]
+        cuda = self.device.startswith("cuda")
+        t0 = time.perf_counter()
+        try:
+            with (
+                torch.no_grad(),
+                audit.forward_scope(
+                    profile=bool(msg.get("profile", True)), snapshot=True, cuda=cuda
+                ) as box,
+            ):
+                out = self.model(*inputs)
+                self._sync()
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self.fail(exc, "forward")
+            return
+        seconds = time.perf_counter() - t0
+        rec: audit.ForwardRecord = box["record"]
+        audit.tamper_check()
+        in_tensors = [t for v in inputs for t in flatten_tensors(v)]
+        out_tensors = flatten_tensors(out)
+        facts = {
+            "mutated": _mutated(inputs, clean),
+            "aliased": [
+                i for i, o in enumerate(out_tensors) if any(_overlaps(o, x) for x in in_tensors)
+            ],
+            "provenance": _provenance(out_tensors, rec.launches),
+            "expanded": [i for i, o in enumerate(out_tensors) if 0 in o.stride() and o.numel() > 1],
+        }
+        try:
+            desc, fd = pack(out, seal=False)
+        except Exception as exc:
+            self.reply(
+                {
+                    "ok": False,
+                    "status": Status.RUNTIME_ERROR.value,
+                    "phase": "forward",
+                    "message": f"forward returned a value that cannot be compared: {exc}",
+                    "audit": self._audit_extra(),
+                }
+            )
+            return
+        record = {
+            "launches": len(rec.launches),
+            "launches_ok": sum(1 for x in rec.launches if x.ok),
+            "kernels": sorted({x.name for x in rec.launches}),
+            "wrote_any": any(x.changed for x in rec.launches if x.changed is not None),
+            "snapshotted": sum(1 for x in rec.launches if x.changed is not None),
+            "ops": rec.ops,
+            "glue": rec.glue,
+            "custom_share": rec.custom_share,
+            "share_basis": rec.share_basis,
+            "violations": list(audit.STATE.violations),
+        }
+        try:
+            self.reply(
+                {"ok": True, "outputs": desc, "facts": facts, "audit": record, "seconds": seconds},
+                [fd],
+            )
+        finally:
+            os.close(fd)
+
+    def time(self, msg: dict[str, Any], fds: list[int]) -> None:
+        inputs = self._inputs(msg, fds)
+        perf_ns = audit.STATE.originals["perf_counter_ns"]
+        cuda = self.device.startswith("cuda")
+        if cuda and self.flush is None:
+            self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
+        times, launches = [], []
+        try:
+            with torch.no_grad():
+                for _ in range(int(msg.get("warmup", 3))):
+                    self.model(*inputs)
+                self._sync()
+                for _ in range(int(msg.get("trials", 10))):
+                    if self.flush is not None:
+                        self.flush.zero_()
+                    self._sync()
+                    audit.STATE.launch_count = 0
+                    audit.STATE.active = audit.STATE.light = True
+                    t0 = perf_ns()
+                    self.model(*inputs)
+                    self._sync()  # device-wide: side-stream work is included
+                    t1 = perf_ns()
+                    audit.STATE.active = audit.STATE.light = False
+                    times.append((t1 - t0) / 1e6)
+                    launches.append(audit.STATE.launch_count)
+        except BaseException as exc:
+            audit.STATE.active = audit.STATE.light = False
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self.fail(exc, "timing")
+            return
+        self.reply(
+            {"ok": True, "times_ms": times, "launches": launches, "audit": self._audit_extra()}
+        )
+
+    def loop(self) -> int:
+        while True:
+            msg, fds = self.reader.recv(None)
+            op = msg.get("op")
+            if op == "load":
+                self.load(msg, fds)
+            elif op == "run":
+                self.run(msg, fds)
+            elif op == "time":
+                self.time(msg, fds)
+            elif op == "exit":
+                self.reply({"ok": True})
+                return 0
+            else:
+                self.reply(
+                    {
+                        "ok": False,
+                        "status": Status.INTERNAL_ERROR.value,
+                        "message": f"unknown op {op!r}",
+                    }
+                )
+
+
+def _kernel_codes(module: Any) -> set:
+    """Code objects of the module's @triton.jit bodies (through autotune/heuristics wrappers)."""
+    import types
+
+    codes = set()
+    for value in vars(module).values():
+        if type(value).__name__ not in (
+            "JITFunction",
+            "InterpretedFunction",
+            "Autotuner",
+            "Heuristics",
+        ):
+            continue
+        fn = value
+        for _ in range(4):
+            if isinstance(fn, types.FunctionType):
+                codes.add(fn.__code__)
+                break
+            fn = getattr(fn, "fn", None)
+    return codes
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    a0, b0 = sa.data_ptr(), sb.data_ptr()
+    return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes()
+
+
+def _mutated(inputs: list[Any], clean: list[Any]) -> list[int]:
+    eq = audit.STATE.originals["torch.equal"]
+    out = []
+    for i, (a, b) in enumerate(zip(inputs, clean)):
+        ta, tb = flatten_tensors(a), flatten_tensors(b)
+        for x, y in zip(ta, tb):
+            if x.shape != y.shape or not eq(_raw(x), _raw(y)):
+                out.append(i)
+                break
+    return out
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    """Bytes of a tensor's values (NaN-safe equality)."""
+    return t.contiguous().reshape(-1).view(torch.uint8) if t.numel() else t
+
+
+def _provenance(outputs: list[torch.Tensor], launches: list[audit.Launch]) -> list[dict[str, Any]]:
+    """Per output: was its storage an argument of a successful launch, and did a launch change it."""
+    facts = []
+    for o in outputs:
+        s = o.untyped_storage()
+        ptr = s.data_ptr()
+        passed = [x for x in launches if x.ok and any(p == ptr for p, _ in x.args)]
+        written = any(x.changed is not None and ptr in x.changed for x in passed)
+        snapped = any(x.changed is not None for x in passed)
+        facts.append(
+            {
+                "launched_on": bool(passed),
+                "written": written,
+                "checked_write": snapped,
+                "numel": o.numel(),
+            }
+        )
+    return facts
+
+
+def main(fd: int, spec: dict[str, Any], report: Any) -> int:
+    sock = socket.socket(fileno=fd)
+    return Worker(sock, spec, report).loop()

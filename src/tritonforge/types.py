@@ -1,0 +1,267 @@
+"""Shared records that cross process boundaries: problems, verdicts, turns, trajectories, groups.
+
+Covers: plain typed data (pydantic models) with JSON round-trips. Does not cover: anything that
+needs torch (tensors live in `problems.runtime`, `evaluation.*` and `training.*`) or behaviour
+beyond small derived properties. Every boundary returns one of these records, never None.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Record(BaseModel):
+    """Base for all records: unknown fields are rejected so typos fail loudly."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Problems
+# --------------------------------------------------------------------------------------------
+
+
+class Problem(Record):
+    """One task: a reference PyTorch program in KernelBench format at one size preset.
+
+    `reference_src` defines `Model`, `get_inputs()` and `get_init_inputs()` (the input factory and
+    init inputs); `solution_src`, when known, defines a correct Triton `ModelNew`.
+    """
+
+    id: str = Field(description="Stable id, e.g. 'builtin/relu' or 'kernelbench/L1/19_ReLU'.")
+    suite: str = Field(description="'builtin' or 'kernelbench' (or a user suite name).")
+    level: int = 1
+    problem_id: int = 0
+    name: str
+    category: str = ""
+    reference_src: str
+    size: str = Field(
+        "original", description="Size preset the source is at: cpu|gpu|original|scaled."
+    )
+    solution_src: str | None = None
+    atol: float | None = Field(None, description="Per-problem absolute tolerance override.")
+    rtol: float | None = Field(None, description="Per-problem relative tolerance override.")
+    flops: float | None = Field(None, description="Useful FLOPs of one forward, for plausibility.")
+    bytes_moved: float | None = Field(
+        None, description="Minimum bytes of one forward, for plausibility."
+    )
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def slug(self) -> str:
+        return self.id.replace("/", "__")
+
+
+# --------------------------------------------------------------------------------------------
+# Verdicts
+# --------------------------------------------------------------------------------------------
+
+
+class Status(str, Enum):
+    """Outcome of one evaluation. Ordered roughly by how far the candidate got."""
+
+    NO_CODE = "no_code"
+    SYNTAX_ERROR = "syntax_error"
+    IMPORT_ERROR = "import_error"
+    MISSING_MODEL_NEW = "missing_model_new"
+    INIT_ERROR = "init_error"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    OUT_OF_RESOURCES = "out_of_resources"
+    ILLEGAL_MEMORY_ACCESS = "illegal_memory_access"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    RESOURCE_LIMIT = "resource_limit"
+    SHAPE_MISMATCH = "shape_mismatch"
+    DTYPE_MISMATCH = "dtype_mismatch"
+    NUMERICAL_MISMATCH = "numerical_mismatch"
+    INPUT_MUTATED = "input_mutated"
+    REWARD_HACK = "reward_hack"
+    INTERNAL_ERROR = "internal_error"
+    CORRECT = "correct"
+
+    @property
+    def ran(self) -> bool:
+        """The candidate's forward produced outputs (right or wrong)."""
+        return self in _RAN
+
+    @property
+    def is_fault(self) -> bool:
+        """A failure of the candidate before it produced comparable outputs."""
+        return not self.ran and self is not Status.CORRECT
+
+
+_RAN = {
+    Status.SHAPE_MISMATCH,
+    Status.DTYPE_MISMATCH,
+    Status.NUMERICAL_MISMATCH,
+    Status.INPUT_MUTATED,
+    Status.CORRECT,
+}
+
+
+class Mismatch(Record):
+    """Where the first failing trial differed from the reference."""
+
+    trial: int
+    distribution: str
+    output_index: int = 0
+    max_abs_diff: float | None = None
+    mean_abs_diff: float | None = None
+    worst_index: list[int] | None = None
+    worst_expected: float | None = None
+    worst_got: float | None = None
+    mismatched: int | None = None
+    numel: int | None = None
+    expected_shape: list[int] | None = None
+    got_shape: list[int] | None = None
+    expected_dtype: str | None = None
+    got_dtype: str | None = None
+
+
+class Timing(Record):
+    """Wall-clock statistics of one timed callable in milliseconds."""
+
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    trials: int
+
+
+class Audit(Record):
+    """What the candidate's forward actually did, as recorded in its sandbox."""
+
+    kernel_launches: int = 0
+    kernels: list[str] = Field(default_factory=list)
+    torch_ops: dict[str, int] = Field(
+        default_factory=dict, description="Non-glue aten ops in forward."
+    )
+    glue_ops: dict[str, int] = Field(default_factory=dict)
+    custom_share: float | None = Field(None, description="Custom-kernel share of forward work.")
+    share_basis: str | None = Field(None, description="'cuda_time' or 'cpu_time' or 'op_count'.")
+    violations: list[str] = Field(default_factory=list)
+
+
+class Verdict(Record):
+    """The evaluator's answer for one candidate. Always produced; never raised."""
+
+    status: Status
+    message: str = Field("", description="What a model should read to fix the candidate.")
+    compiled: bool = Field(False, description="Its custom kernels compiled and launched.")
+    correct: bool = False
+    problem_id: str = ""
+    device: str = "cpu"
+    mode: str = "strict"
+    phase: str | None = Field(
+        None, description="Phase that failed: static|import|init|compile|correctness|timing."
+    )
+    rule: str | None = Field(None, description="Which reward-hack rule fired, if any.")
+    trials_passed: int = 0
+    trials_total: int = 0
+    mismatch: Mismatch | None = None
+    runtime: Timing | None = None
+    ref_runtime: Timing | None = None
+    ref_compile_runtime: Timing | None = None
+    speedup: float | None = None
+    speedup_vs_compile: float | None = None
+    audit: Audit | None = None
+    reward: float = 0.0
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    notes: list[str] = Field(default_factory=list)
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
+    wall_seconds: float = 0.0
+    cached: bool = False
+
+    def short(self) -> str:
+        """One line for logs and progress bars."""
+        sp = f" speedup={self.speedup:.2f}x" if self.speedup is not None else ""
+        rule = f" rule={self.rule}" if self.rule else ""
+        return f"{self.problem_id} {self.status.value}{rule}{sp} reward={self.reward:.3f}"
+
+
+# --------------------------------------------------------------------------------------------
+# Rollouts
+# --------------------------------------------------------------------------------------------
+
+
+class GenStatus(str, Enum):
+    OK = "ok"
+    LENGTH = "length"
+    ABORT = "abort"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+
+
+class Generation(Record):
+    """One engine call: exact token ids and their logprobs, or a failure status."""
+
+    status: GenStatus
+    token_ids: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    finish_reason: str | None = None
+    error: str | None = None
+    latency_s: float = 0.0
+
+
+class Turn(Record):
+    """One assistant turn of a trajectory with its evaluation."""
+
+    index: int
+    prompt_len: int = Field(description="Context length (tokens) before this turn's generation.")
+    response_ids: list[int]
+    response_logprobs: list[float]
+    response_text: str
+    code: str | None
+    finish_reason: str | None = None
+    verdict: Verdict | None = None
+    reward: float = 0.0
+    ret: float = Field(0.0, description="Discounted return R_t from this turn on.")
+    feedback_ids: list[int] = Field(
+        default_factory=list, description="Tokens appended after this turn (masked)."
+    )
+    feedback_text: str = ""
+
+
+class Trajectory(Record):
+    """A whole multi-turn episode as one token stream with a loss mask."""
+
+    problem_id: str
+    sample_index: int = 0
+    group_id: str = ""
+    policy_version: int = 0
+    prompt_ids: list[int]
+    token_ids: list[int] = Field(description="prompt + all turns + feedback, exactly as generated.")
+    loss_mask: list[int] = Field(description="1 on model-generated tokens, 0 elsewhere.")
+    rollout_logprobs: list[float] = Field(description="Per token; 0.0 where loss_mask is 0.")
+    advantages: list[float] = Field(
+        default_factory=list, description="Per token; filled by the buffer."
+    )
+    turns: list[Turn]
+    status: str = Field("ok", description="ok | generation_failed | eval_failed")
+    raw_reward: float = 0.0
+    norm_reward: float | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.turns]
+
+    @property
+    def returns(self) -> list[float]:
+        return [t.ret for t in self.turns]
+
+
+class Group(Record):
+    """n samples of one problem under one policy version."""
+
+    group_id: str
+    problem_id: str
+    policy_version: int
+    trajectories: list[Trajectory]
+    stats: dict[str, float] = Field(default_factory=dict)
