@@ -108,10 +108,18 @@ class Reference:
         return map_tensors(out, lambda t: t.detach())
 
 
+def exact_fp32() -> None:
+    """References compute fp32 in fp32: no TF32 in cuBLAS or cuDNN (cuDNN's default is TF32,
+    which is less exact than a correct fp32 Triton kernel and would fail it at 1e-4)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
 class ReferenceStore:
     """Thread-safe cache of loaded references and their cases, bounded by bytes (LRU)."""
 
     def __init__(self, max_bytes: int = 4 << 30):
+        exact_fp32()
         self.max_bytes = max_bytes
         self._refs: dict[tuple[str, str, str], Reference] = {}
         self._cases: OrderedDict[tuple, Case] = OrderedDict()

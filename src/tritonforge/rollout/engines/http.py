@@ -1,0 +1,188 @@
+"""HTTP plumbing shared by the server-backed engines: one JSON call with bounded retries.
+
+Covers: `RetryPolicy`, `HttpResult` and `call_json`, which retries only transient failures
+(connect errors and timeouts, pool exhaustion, HTTP 502/503/504, and 429 honouring Retry-After;
+for idempotent control calls also a dropped connection, e.g. a keep-alive connection the server
+closed after an error), capped in attempts and in total waiting time, and turns everything else into a status: a read
+timeout is `GenStatus.TIMEOUT` (the request may still be running, so it is not resent), any other
+4xx/5xx or transport error is `GenStatus.ERROR`. Does not cover: request or response shapes
+(see vllm.py, sglang.py). Nothing here raises for a failed call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tritonforge.logging_setup import get_logger
+from tritonforge.types import GenStatus
+
+log = get_logger(__name__)
+
+TRANSIENT_STATUS = {502, 503, 504}
+_TRANSIENT_EXC = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_DROPPED_EXC = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """At most `max_attempts` tries; sleeps backoff_s * 2**k, never past `budget_s` in total."""
+
+    max_attempts: int = 4
+    budget_s: float = 60.0
+    backoff_s: float = 0.5
+    max_retry_after_s: float = 30.0
+
+
+@dataclass
+class HttpResult:
+    """Outcome of one logical call (after retries)."""
+
+    status: GenStatus
+    data: Any = None
+    code: int | None = None
+    error: str = ""
+    attempts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is GenStatus.OK
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds from a Retry-After header given as a number (HTTP dates are ignored)."""
+    raw = response.headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        return max(float(raw), 0.0)
+    except ValueError:
+        return None
+
+
+def _body_text(response: httpx.Response, limit: int = 500) -> str:
+    try:
+        return response.text[:limit]
+    except Exception:  # undecodable body
+        return "<unreadable body>"
+
+
+async def _attempt(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    payload: Any,
+    timeout: httpx.Timeout,
+    idempotent: bool,
+) -> tuple[HttpResult | None, float | None, str]:
+    """One try: (final result or None to retry, server-requested delay, reason for a retry)."""
+    try:
+        resp = await client.request(method, url, json=payload, timeout=timeout)
+    except _TRANSIENT_EXC as exc:
+        return None, None, f"{type(exc).__name__}: {exc}"
+    except _DROPPED_EXC as exc:
+        if idempotent:
+            return None, None, f"{type(exc).__name__}: {exc}"
+        return HttpResult(GenStatus.ERROR, error=f"{type(exc).__name__}: {exc}"), None, ""
+    except httpx.TimeoutException as exc:  # read/write timeout: the server may still be working
+        return HttpResult(GenStatus.TIMEOUT, error=f"{type(exc).__name__}: {exc}"), None, ""
+    except httpx.HTTPError as exc:
+        return HttpResult(GenStatus.ERROR, error=f"{type(exc).__name__}: {exc}"), None, ""
+    code = resp.status_code
+    if code in TRANSIENT_STATUS or code == 429:
+        delay = _retry_after(resp) if code == 429 else None
+        return None, delay, f"HTTP {code}: {_body_text(resp, 200)}"
+    if code >= 400:
+        return (
+            HttpResult(GenStatus.ERROR, code=code, error=f"HTTP {code}: {_body_text(resp)}"),
+            None,
+            "",
+        )
+    if not resp.content:
+        return HttpResult(GenStatus.OK, data=None, code=code), None, ""
+    try:
+        data = resp.json()
+    except ValueError:
+        data = resp.text
+    return HttpResult(GenStatus.OK, data=data, code=code), None, ""
+
+
+async def call_json(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    payload: Any = None,
+    *,
+    timeout: httpx.Timeout,
+    policy: RetryPolicy,
+    idempotent: bool = False,
+) -> HttpResult:
+    """Send one JSON request with bounded retries on transient failures (see module docstring)."""
+    start = time.monotonic()
+    reason = ""
+    for attempt in range(1, policy.max_attempts + 1):
+        result, server_delay, reason = await _attempt(
+            client, method, url, payload, timeout, idempotent
+        )
+        if result is not None:
+            result.attempts = attempt
+            return result
+        if attempt == policy.max_attempts:
+            break
+        if server_delay is not None:
+            delay = min(server_delay, policy.max_retry_after_s)
+        else:
+            delay = policy.backoff_s * (2 ** (attempt - 1))
+        if time.monotonic() - start + delay > policy.budget_s:
+            reason += f" (retry budget {policy.budget_s:.0f}s spent)"
+            break
+        log.debug("retrying %s %s in %.2fs: %s", method, url, delay, reason)
+        await asyncio.sleep(delay)
+    return HttpResult(
+        GenStatus.ERROR, error=f"gave up after {attempt} attempt(s): {reason}", attempts=attempt
+    )
+
+
+class EndpointClient:
+    """An httpx.AsyncClient and a concurrency semaphore for one endpoint, per event loop.
+
+    httpx clients and asyncio semaphores belong to the loop that first used them; an engine built
+    in sync code may be driven by several `asyncio.run` calls, so both are remade for a new loop.
+    """
+
+    def __init__(self, connect_timeout_s: float, max_concurrency: int) -> None:
+        self._connect_timeout_s = connect_timeout_s
+        self._max = max_concurrency
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._sem: asyncio.Semaphore | None = None
+
+    def _bind(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            limits = httpx.Limits(max_connections=self._max, max_keepalive_connections=self._max)
+            timeout = httpx.Timeout(60.0, connect=self._connect_timeout_s)
+            self._client = httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False)
+            self._sem = asyncio.Semaphore(self._max)
+            self._loop = loop
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        self._bind()
+        assert self._client is not None
+        return self._client
+
+    @property
+    def semaphore(self) -> asyncio.Semaphore:
+        self._bind()
+        assert self._sem is not None
+        return self._sem
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client, self._sem, self._loop = None, None, None

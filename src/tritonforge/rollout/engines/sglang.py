@@ -1,0 +1,181 @@
+"""Client of an SGLang server's native API: /generate from token ids, weight reloads from disk.
+
+Covers: one POST /generate per prompt (concurrent, bounded) with `input_ids`, `sampling_params`
+and `return_logprob: true`; exact token ids and logprobs from `meta_info.output_token_logprobs`
+(entries [logprob, token_id, text-or-null]); the finish reason from `meta_info.finish_reason`
+({"type": "stop"|"length"|"abort", ...}); POST /update_weights_from_disk {"model_path": DIR}
+(answers {"success": bool, "message": str}, HTTP 400 on failure) followed by POST /flush_cache;
+GET /health. Shapes relied on: SGLang docs "Sampling Parameters" (/generate arguments:
+input_ids, sampling_params, return_logprob, logprob_start_len) and the SGLang sources
+python/sglang/srt/entrypoints/http_server.py (update_weights_from_disk, flush_cache),
+managers/tokenizer_manager.py (detokenize_logprob_tokens builds (logprob, token_id, text)
+triples) and managers/schedule_batch.py (FINISH_* .to_json()).
+Does not cover: text prompts, streaming, the tensor/distributed weight-update variants
+(/update_weights_from_tensor, /update_weights_from_distributed), starting the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from tritonforge.logging_setup import get_logger
+from tritonforge.rollout.engines.base import (
+    EngineConfig,
+    SamplingParams,
+    failed,
+    status_from_finish_reason,
+)
+from tritonforge.rollout.engines.http import EndpointClient, RetryPolicy, call_json
+from tritonforge.types import Generation, GenStatus
+
+log = get_logger(__name__)
+
+
+def parse_generate_response(data: dict[str, Any]) -> tuple[list[int], list[float], str | None]:
+    """(token ids, logprobs, finish type) of one /generate answer; ValueError if inconsistent."""
+    meta = data["meta_info"]
+    entries = meta.get("output_token_logprobs")
+    if entries is None:
+        raise ValueError("response has no meta_info.output_token_logprobs")
+    ids = [int(e[1]) for e in entries]
+    logprobs = [float(e[0]) for e in entries]
+    output_ids = data.get("output_ids")
+    if output_ids is not None and [int(i) for i in output_ids] != ids:
+        raise ValueError("output_ids disagree with output_token_logprobs")
+    finish = meta.get("finish_reason")
+    kind = finish.get("type") if isinstance(finish, dict) else finish
+    return ids, logprobs, kind
+
+
+class SGLangEngine:
+    """Engine backed by one SGLang server (see module docstring)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        request_timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        policy: RetryPolicy | None = None,
+        max_concurrency: int = 64,
+        weight_update_timeout_s: float = 600.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._timeout = httpx.Timeout(request_timeout_s, connect=connect_timeout_s)
+        self._update_timeout = httpx.Timeout(weight_update_timeout_s, connect=connect_timeout_s)
+        self._health_timeout = httpx.Timeout(
+            min(10.0, request_timeout_s), connect=connect_timeout_s
+        )
+        self._policy = policy or RetryPolicy()
+        self._http = EndpointClient(connect_timeout_s, max_concurrency)
+        self._version = 0
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, url: str | None = None) -> SGLangEngine:
+        return cls(
+            url or config.url,
+            request_timeout_s=config.request_timeout_s,
+            connect_timeout_s=config.connect_timeout_s,
+            policy=RetryPolicy(config.max_attempts, config.retry_budget_s, config.backoff_s),
+            max_concurrency=config.max_concurrency,
+            weight_update_timeout_s=config.weight_update_timeout_s,
+        )
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @staticmethod
+    def request_body(prompt: list[int], params: SamplingParams, index: int) -> dict[str, Any]:
+        """The /generate JSON for one prompt (row `index` of a call gets seed + index)."""
+        sampling: dict[str, Any] = {
+            "max_new_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k if params.top_k > 0 else -1,
+            "stop_token_ids": list(params.stop_token_ids),
+            "ignore_eos": params.ignore_eos,
+            "skip_special_tokens": False,
+        }
+        if params.seed is not None:
+            sampling["sampling_seed"] = params.seed + index
+        return {
+            "input_ids": list(prompt),
+            "sampling_params": sampling,
+            "return_logprob": True,
+            "logprob_start_len": -1,
+            "stream": False,
+        }
+
+    async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        return list(await asyncio.gather(*(self._one(p, params, i) for i, p in enumerate(prompts))))
+
+    async def _one(self, prompt: list[int], params: SamplingParams, index: int) -> Generation:
+        body = self.request_body(prompt, params, index)
+        t0 = time.monotonic()
+        async with self._http.semaphore:
+            res = await call_json(
+                self._http.client,
+                "POST",
+                f"{self.url}/generate",
+                body,
+                timeout=self._timeout,
+                policy=self._policy,
+            )
+        latency = time.monotonic() - t0
+        if not res.ok:
+            return failed(res.status, res.error, latency)
+        try:
+            ids, logprobs, reason = parse_generate_response(res.data)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            return failed(GenStatus.ERROR, f"malformed SGLang response: {exc}", latency)
+        status = status_from_finish_reason(reason)
+        if status not in (GenStatus.OK, GenStatus.LENGTH):
+            message = res.data.get("meta_info", {}).get("finish_reason")
+            return failed(status, f"finish_reason={message}", latency)
+        return Generation(
+            status=status, token_ids=ids, logprobs=logprobs, finish_reason=reason, latency_s=latency
+        )
+
+    async def update_weights(self, path: str, version: int) -> bool:
+        """POST /update_weights_from_disk, then /flush_cache; True when both succeed."""
+        res = await call_json(
+            self._http.client,
+            "POST",
+            f"{self.url}/update_weights_from_disk",
+            {"model_path": str(path)},
+            timeout=self._update_timeout,
+            policy=self._policy,
+        )
+        success = res.ok and isinstance(res.data, dict) and bool(res.data.get("success"))
+        if not success:
+            log.warning("SGLang weight update failed: %s", res.error or res.data)
+            return False
+        flushed = await call_json(
+            self._http.client,
+            "POST",
+            f"{self.url}/flush_cache",
+            timeout=self._update_timeout,
+            policy=self._policy,
+            idempotent=True,
+        )
+        if not flushed.ok:
+            log.warning("SGLang flush_cache failed: %s", flushed.error)
+            return False
+        self._version = version
+        log.info("SGLang weights updated", extra={"fields": {"url": self.url, "version": version}})
+        return True
+
+    async def health(self) -> bool:
+        try:
+            resp = await self._http.client.get(f"{self.url}/health", timeout=self._health_timeout)
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
