@@ -1,0 +1,55 @@
+"""Configuration of rollout collection: problems, evaluation backend, engine, agent, buffer.
+
+Covers: `ProblemsConfig`, `EvalBackendConfig`, `RolloutConfig` (the `tritonforge rollout`
+command's whole tree, also embedded in the training config). Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tritonforge.config import Section
+from tritonforge.config.eval import EvalSettings
+from tritonforge.rollout.agent import AgentConfig
+from tritonforge.rollout.buffer import BufferConfig
+from tritonforge.rollout.engines.base import EngineConfig
+from tritonforge.rollout.tasks import TaskConfig
+
+
+class ProblemsConfig(Section):
+    """Which problems to sample from."""
+
+    suite: str = Field("builtin", description="builtin | kernelbench | arith")
+    size: str | None = Field("cpu", description="builtin: cpu|gpu; kernelbench: original|scaled")
+    source: str | None = Field(None, description="kernelbench: dataset dir or JSONL/parquet file")
+    level: int | None = None
+    name: str | None = Field(None, description="glob on name/id")
+    category: str | None = None
+    ids: list[str] = Field(default_factory=list, description="exact ids or names")
+    limit: int | None = Field(None, ge=1, description="keep the first N after filtering")
+
+
+class EvalBackendConfig(Section):
+    """Where candidates are judged: in this process (local) or by evaluation servers (http)."""
+
+    type: Literal["local", "http"] = "local"
+    urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:18188"])
+    token: str | None = Field(None, description="http: bearer token (or TRITONFORGE_EVAL_TOKEN)")
+    concurrency: int = Field(2, ge=1, description="evaluations in flight")
+    timeout_s: float = Field(900.0, gt=0, description="http: one evaluation request")
+    settings: EvalSettings = Field(default_factory=EvalSettings)
+
+
+class RolloutConfig(Section):
+    """`tritonforge rollout`: collect trajectories to a file."""
+
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    problems: ProblemsConfig = Field(default_factory=ProblemsConfig)
+    eval: EvalBackendConfig = Field(default_factory=EvalBackendConfig)
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
+    output: str = Field("runs/rollout/trajectories.jsonl", description=".jsonl or .parquet")
+    seed: int = 0

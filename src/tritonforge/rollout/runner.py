@@ -1,0 +1,85 @@
+"""Building the rollout pieces from config and collecting groups: shared by rollout and train.
+
+Covers: `load_problems`, `build_eval_backend`, `build_agent` and `collect` (n samples per problem
+through the agent, into the buffer, with a progress bar and regeneration of dropped groups up to
+the buffer's cap). Does not cover: the agent loop (agent.py) or training.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+from tqdm import tqdm
+
+from tritonforge.config.rollout import EvalBackendConfig, ProblemsConfig
+from tritonforge.evaluation.api import EvalBackend
+from tritonforge.logging_setup import get_logger
+from tritonforge.rollout.agent import Agent, AgentConfig
+from tritonforge.rollout.buffer import GroupOutcome, RolloutBuffer
+from tritonforge.rollout.engines.base import Engine
+from tritonforge.rollout.tasks import TaskConfig, build_task, make_arith_problems
+from tritonforge.types import Problem
+
+log = get_logger(__name__)
+
+
+def load_problems(cfg: ProblemsConfig) -> list[Problem]:
+    """Problems of the configured suite after filters (arith: generated sanity problems)."""
+    if cfg.suite == "arith":
+        return make_arith_problems(cfg.limit or 16)
+    from tritonforge.problems import load_suite, select
+
+    kwargs: dict[str, Any] = {}
+    if cfg.size:
+        kwargs["size"] = cfg.size
+    if cfg.source:
+        kwargs["source"] = cfg.source
+    probs = select(load_suite(cfg.suite, **kwargs), level=cfg.level, name=cfg.name, category=cfg.category, ids=cfg.ids or None)
+    if not probs:
+        raise ValueError(f"no problems match {cfg.model_dump(exclude_none=True)}")
+    return probs[: cfg.limit] if cfg.limit else probs
+
+
+def build_eval_backend(cfg: EvalBackendConfig) -> EvalBackend:
+    if cfg.type == "http":
+        from tritonforge.evaluation.client import EvalClient
+
+        token = cfg.token or os.environ.get("TRITONFORGE_EVAL_TOKEN")
+        return EvalClient(cfg.urls, token=token, timeout_s=cfg.timeout_s)
+    from tritonforge.evaluation.judge import Evaluator, LocalBackend
+
+    return LocalBackend(Evaluator(cfg.settings), concurrency=cfg.concurrency)
+
+
+def build_agent(engine: Engine, tokenizer: Any, task_cfg: TaskConfig, agent_cfg: AgentConfig, backend: EvalBackend, eval_cfg: EvalBackendConfig) -> Agent:
+    task = build_task(task_cfg, backend, eval_cfg.settings)
+    return Agent(engine, tokenizer, task, agent_cfg)
+
+
+async def collect(agent: Agent, problems: list[Problem], n: int, buffer: RolloutBuffer, desc: str = "rollout", rng: random.Random | None = None, show: bool = True) -> list[GroupOutcome]:
+    """n samples of each problem as one lockstep batch; dropped groups are regenerated while the
+    buffer allows. Returns the outcome of every group added."""
+    pending = list(problems)
+    outcomes: list[GroupOutcome] = []
+    bar = tqdm(total=len(problems), desc=desc, unit="group", disable=not show, leave=False)
+    rounds = 0
+    while pending:
+        rounds += 1
+        tag = f"r{rounds}"
+        jobs = [(p, i, f"{p.id}@v{agent.engine.policy_version}#{tag}") for p in pending for i in range(n)]
+        trajs = await agent.run(jobs)
+        retry = []
+        for k, p in enumerate(pending):
+            group = trajs[k * n : (k + 1) * n]
+            out = buffer.add(p.id, group, agent.engine.policy_version, group_id=group[0].group_id)
+            outcomes.append(out)
+            if out.accepted or not out.regenerate:
+                bar.update(1)
+            else:
+                retry.append(p)
+            bar.set_postfix_str(f"{p.name}: {'kept' if out.accepted else out.reason}")
+        pending = retry
+    bar.close()
+    return outcomes
