@@ -1,0 +1,31 @@
+"""`tritonforge train --config ...`: the RL loop (rollouts, buffer, trainer, weight pushes)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from tritonforge.config import load_config
+from tritonforge.config.run import TrainRunConfig
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="multi-turn RL against the evaluator", description=__doc__)
+    p.add_argument("--config", help="TrainRunConfig TOML (see configs/)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. --set steps=3")
+    p.add_argument("--report", action="store_true", help="write RUN_DIR/report.html at the end")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config(TrainRunConfig, args.config, args.set)
+    from tritonforge.training.loop import run_training
+
+    summary = asyncio.run(run_training(cfg))
+    if args.report:
+        from tritonforge.training.report import write_report
+
+        write_report(cfg.run_dir)
+    print(json.dumps({k: summary.get(k) for k in ("steps", "policy_version", "train_seconds")} | {"before": (summary.get("before") or {}).get("overall"), "after": (summary.get("after") or {}).get("overall")}))
+    return 0

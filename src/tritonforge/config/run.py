@@ -1,0 +1,60 @@
+"""Configuration of an RL run (`tritonforge train`): rollouts + trainer + schedule + evaluation.
+
+Covers: `ScheduleConfig`, `EvalPassConfig`, `TrainRunConfig`. Torch-free. The rollout pieces are
+the same sections as `tritonforge rollout` (config.rollout), the trainer is config.train's.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tritonforge.config import Section
+from tritonforge.config.rollout import EvalBackendConfig, ProblemsConfig
+from tritonforge.config.train import TrainerConfig
+from tritonforge.rollout.agent import AgentConfig
+from tritonforge.rollout.buffer import BufferConfig
+from tritonforge.rollout.engines.base import EngineConfig
+from tritonforge.rollout.tasks import TaskConfig
+
+
+class ScheduleConfig(Section):
+    """sync: generate with the latest weights, then train. async: generation of step k+1 overlaps
+    training of step k; samples more than `max_staleness` versions old are dropped."""
+
+    mode: Literal["sync", "async"] = "sync"
+    max_staleness: int = Field(1, ge=0, description="async: oldest policy lag accepted")
+    queue_batches: int = Field(2, ge=1, description="async: generated batches waiting at most")
+
+
+class EvalPassConfig(Section):
+    """Before/after measurement on fixed problems (pass rate and mean reward)."""
+
+    enabled: bool = True
+    problems: ProblemsConfig | None = Field(None, description="None: the training problems")
+    samples: int = Field(4, ge=1, description="episodes per problem")
+    temperature: float | None = Field(None, ge=0, description="None: the training temperature")
+    seed: int = Field(1234, description="sampling seed, identical before and after")
+
+
+class TrainRunConfig(Section):
+    """`tritonforge train --config FILE`."""
+
+    run_dir: str = "runs/train"
+    steps: int = Field(10, ge=1, description="RL steps (one trainer update each)")
+    problems_per_step: int = Field(4, ge=1)
+    seed: int = 0
+    weight_sync: Literal["auto", "state_dict", "disk"] = Field(
+        "auto", description="auto: in-memory for the in-process engine, saved weights otherwise"
+    )
+    save_rollouts: bool = Field(True, description="write each step's groups to RUN_DIR/rollouts/")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    problems: ProblemsConfig = Field(default_factory=ProblemsConfig)
+    eval: EvalBackendConfig = Field(default_factory=EvalBackendConfig)
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    evaluate: EvalPassConfig = Field(default_factory=EvalPassConfig)

@@ -1,0 +1,150 @@
+"""HTML reports of runs: curves, before/after tables, sample trajectories; and run comparisons.
+
+Covers: `write_report(run_dir)` (plots from metrics.jsonl into RUN_DIR/plots, RUN_DIR/report.html
+with the before/after table from summary.json and a few trajectories from rollouts/) and
+`write_comparison(out_dir, runs)` (one page overlaying several runs). Self-contained HTML
+(plots embedded as base64 PNG). Does not cover: producing the data.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+CURVES = [
+    ("reward", "mean reward (rollouts)"),
+    ("pass", "pass rate (rollouts)"),
+    ("loss", "loss"),
+    ("kl", "KL to reference"),
+    ("clip_fraction", "clip fraction"),
+    ("entropy", "entropy"),
+    ("logprob_gap", "rollout-vs-train logprob gap"),
+    ("grad_norm", "grad norm"),
+    ("zero_variance", "zero-variance group share"),
+    ("tokens_per_s", "train tokens/s"),
+    ("gen_s", "rollout seconds"),
+]
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, float]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def plot_curves(series: dict[str, list[dict[str, float]]], plots_dir: Path | None = None) -> list[tuple[str, str]]:
+    """One small plot per metric present in any series; returns [(title, base64 png)]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for key, title in CURVES:
+        if not any(key in row for rows in series.values() for row in rows):
+            continue
+        fig, ax = plt.subplots(figsize=(4.2, 2.8))
+        for name, rows in series.items():
+            pts = [(r["step"], r[key]) for r in rows if key in r]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=name)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        if len(series) > 1:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        data = _png(fig)
+        if plots_dir is not None:
+            plots_dir.mkdir(parents=True, exist_ok=True)
+            fig.savefig(plots_dir / f"{key}.png", dpi=110)
+        plt.close(fig)
+        out.append((title, data))
+    return out
+
+
+def _table(rows: list[list[Any]], head: list[str]) -> str:
+    def cell(x: Any) -> str:
+        return f"{x:.3f}" if isinstance(x, float) else html.escape(str(x))
+
+    body = "".join("<tr>" + "".join(f"<td>{cell(x)}</td>" for x in r) + "</tr>" for r in rows)
+    return "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + f"</tr>{body}</table>"
+
+
+def before_after(summary: dict[str, Any]) -> str:
+    b, a = (summary.get("before") or {}).get("overall"), (summary.get("after") or {}).get("overall")
+    if not b or not a:
+        return "<p>No before/after measurement in this run.</p>"
+    keys = [k for k in ("pass_rate", "first_turn_pass", "mean_reward", "mean_best_turn_reward", "compiled_rate", "episodes") if k in b]
+    rows = [[k, b[k], a[k], a[k] - b[k]] for k in keys]
+    return _table(rows, ["metric", "before RL", "after RL", "change"])
+
+
+def sample_trajectories(run_dir: Path, n: int = 3) -> str:
+    files = sorted((run_dir / "rollouts").glob("step_*.jsonl"))
+    if not files:
+        return "<p>No rollouts saved.</p>"
+    parts = []
+    for path in (files[0], files[-1]) if len(files) > 1 else files:
+        groups = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        trajs = [t for g in groups for t in g["trajectories"]][:n]
+        parts.append(f"<h3>{html.escape(path.stem)}</h3>")
+        for t in trajs:
+            parts.append(f"<details><summary>{html.escape(t['problem_id'])} sample {t['sample_index']} (return {t['turns'][0]['ret'] if t['turns'] else 0:.3f})</summary>")
+            for turn in t["turns"]:
+                v = turn.get("verdict") or {}
+                parts.append(f"<p><b>turn {turn['index']}</b>: {html.escape(str(v.get('status')))} reward {turn['reward']:.3f}</p>")
+                parts.append(f"<pre>{html.escape(turn['response_text'][:3000])}</pre>")
+                if turn.get("feedback_text"):
+                    parts.append(f"<pre class=fb>{html.escape(turn['feedback_text'][:1500])}</pre>")
+            parts.append("</details>")
+    return "\n".join(parts)
+
+
+_STYLE = "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}img{margin:4px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}pre{background:#f6f6f6;white-space:pre-wrap;font-size:12px}pre.fb{background:#fff6e6}</style>"
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """RUN_DIR/report.html (+ RUN_DIR/plots/*.png)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} is not a run directory")
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    plots = plot_curves({run_dir.name: read_metrics(run_dir)}, run_dir / "plots")
+    imgs = "".join(f'<img title="{html.escape(t)}" src="data:image/png;base64,{d}">' for t, d in plots)
+    page = f"<html><head><meta charset=utf-8><title>{html.escape(run_dir.name)}</title>{_STYLE}</head><body>"
+    page += f"<h1>Run {html.escape(run_dir.name)}</h1><h2>Before and after RL (same problems, same seed)</h2>{before_after(summary)}"
+    page += f"<h2>Curves</h2>{imgs or '<p>no metrics</p>'}<h2>Sample trajectories</h2>{sample_trajectories(run_dir)}</body></html>"
+    out = run_dir / "report.html"
+    out.write_text(page)
+    return out
+
+
+def write_comparison(out_dir: str | Path, runs: dict[str, str | Path]) -> Path:
+    """One page overlaying the curves of several runs, with each run's before/after table."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    series = {name: read_metrics(Path(d)) for name, d in runs.items()}
+    plots = plot_curves(series, out_dir / "plots")
+    page = f"<html><head><meta charset=utf-8><title>comparison</title>{_STYLE}</head><body><h1>Comparison</h1>"
+    rows = []
+    for name, d in runs.items():
+        p = Path(d) / "summary.json"
+        s = json.loads(p.read_text()) if p.exists() else {}
+        b, a = (s.get("before") or {}).get("overall") or {}, (s.get("after") or {}).get("overall") or {}
+        rows.append([name, b.get("pass_rate", float("nan")), a.get("pass_rate", float("nan")), b.get("mean_reward", float("nan")), a.get("mean_reward", float("nan")), s.get("train_seconds", "")])
+    page += _table(rows, ["variant", "pass before", "pass after", "reward before", "reward after", "seconds"])
+    page += "".join(f'<img title="{html.escape(t)}" src="data:image/png;base64,{d}">' for t, d in plots) + "</body></html>"
+    out = out_dir / "comparison.html"
+    out.write_text(page)
+    return out
