@@ -35,6 +35,8 @@ def classify_exception(exc: BaseException, phase: str, in_kernel: bool = False) 
         or "illegal instruction" in text
     ):
         return Status.ILLEGAL_MEMORY_ACCESS
+    if "defaultcpuallocator" in text or "can't allocate memory" in text:
+        return Status.RESOURCE_LIMIT  # host allocation refused under the sandbox's memory rlimit
     if (
         "OutOfResources" in names
         or "out of resource" in text
@@ -48,6 +50,7 @@ def classify_exception(exc: BaseException, phase: str, in_kernel: bool = False) 
         "CompilationError" in names
         or "triton.compiler" in names
         or "PTXASError" in names
+        or "InterpreterError" in names  # the CPU interpreter wraps errors raised in a kernel body
         or in_kernel
     ):
         return Status.COMPILE_ERROR

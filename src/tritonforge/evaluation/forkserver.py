@@ -59,9 +59,11 @@ class ForkServer:
         self.reader: Reader | None = None
         self.info: dict[str, Any] = {}
         self._lock = threading.Lock()  # one spawn/kill request in flight
+        self._start_lock = threading.RLock()
         self._cond = threading.Condition()
         self._exits: dict[int, ChildExit] = {}
         self._replies: list[dict[str, Any]] = []
+        self._pids: set[int] = set()  # workers forked by the current server process
         self._thread: threading.Thread | None = None
         self._alive = False
 
@@ -95,7 +97,17 @@ class ForkServer:
             except OSError:
                 pass
             raise RuntimeError(f"fork server failed to start: {exc}\n{tail}") from exc
+        if msg.get("gpu_fork_ok") is False:
+            # warming Triton's GPU driver broke CUDA in forked children: start again without it
+            log.warning(
+                "GPU driver warm-up is not fork-safe here; restarting the fork server without it"
+            )
+            self.env = {**self.env, "TRITONFORGE_WARM_GPU": "0"}
+            self.close()
+            return self.start(timeout)
         self.info = msg
+        with self._cond:
+            self._pids = set()  # workers of a previous server died with it (parent-death signal)
         self._alive = True
         self._thread = threading.Thread(target=self._pump, name="forkserver-pump", daemon=True)
         self._thread.start()
@@ -107,10 +119,16 @@ class ForkServer:
         )
         return msg
 
+    @property
+    def alive(self) -> bool:
+        """The server process is up and its channel open (False once it died or was closed)."""
+        return self._alive
+
     def ensure(self) -> None:
-        if not self._alive or self.proc is None or self.proc.poll() is not None:
-            self.close()
-            self.start()
+        with self._start_lock:  # callers with and without _lock must not start two servers
+            if not self._alive or self.proc is None or self.proc.poll() is not None:
+                self.close()
+                self.start()
 
     def close(self) -> None:
         self._alive = False
@@ -157,17 +175,24 @@ class ForkServer:
         self, msg: dict[str, Any], fds: list[int] | None, timeout: float = 30.0
     ) -> dict[str, Any]:
         with self._lock:
-            self.ensure()
-            assert self.sock is not None
-            send_msg(self.sock, msg, fds)
-            deadline = time.monotonic() + timeout
-            with self._cond:
-                while not self._replies:
-                    left = deadline - time.monotonic()
-                    if left <= 0 or not self._alive:
-                        raise RuntimeError("fork server did not answer")
-                    self._cond.wait(left)
-                return self._replies.pop(0)
+            for attempt in (1, 2):  # a server found dead is restarted once and asked again
+                self.ensure()
+                assert self.sock is not None
+                try:
+                    send_msg(self.sock, msg, fds)
+                except OSError:
+                    self._alive = False
+                deadline = time.monotonic() + timeout
+                with self._cond:
+                    while not self._replies and self._alive:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise RuntimeError("fork server did not answer")
+                        self._cond.wait(left)
+                    if self._replies:
+                        return self._replies.pop(0)
+                log.warning("fork server died (attempt %d); restarting it", attempt)
+            raise RuntimeError("fork server died twice in a row")
 
     # -- API ---------------------------------------------------------------------------------------
     def spawn(self, spec: dict[str, Any], fds: list[int]) -> int:
@@ -175,10 +200,14 @@ class ForkServer:
         reply = self._request({"op": "spawn", "spec": spec}, fds)
         if "pid" not in reply:
             raise RuntimeError(f"spawn failed: {reply.get('error', reply)}")
+        with self._cond:
+            self._pids.add(int(reply["pid"]))
         return int(reply["pid"])
 
     def kill(self, pid: int) -> None:
         """Kill the worker's whole process group (and with it its namespace)."""
+        if pid not in self._pids or not self._alive:
+            return  # its server has died: the worker died with it (parent-death signal)
         try:
             self._request({"op": "kill", "pid": pid}, None, timeout=10.0)
         except (RuntimeError, OSError):
@@ -189,9 +218,10 @@ class ForkServer:
         with self._cond:
             while pid not in self._exits:
                 left = deadline - time.monotonic()
-                if left <= 0 or not self._alive:
+                if left <= 0 or not self._alive or pid not in self._pids:
                     return None
                 self._cond.wait(left)
+            self._pids.discard(pid)
             return self._exits.pop(pid)
 
     def set_rss_limit(self, pid: int, mb: int) -> None:
@@ -275,6 +305,9 @@ def serve(fd: int) -> None:
     from tritonforge.evaluation import audit, worker  # noqa: F401
 
     worker.preload()
+    gpu_fork_ok = (
+        worker.warm_gpu_driver() if os.environ.get("TRITONFORGE_WARM_GPU") == "1" else None
+    )
     send_msg(
         sock,
         {
@@ -283,6 +316,7 @@ def serve(fd: int) -> None:
             "preload_s": round(time.perf_counter() - t0, 3),
             "torch": torch.__version__,
             "triton": triton.__version__,
+            "gpu_fork_ok": gpu_fork_ok,
         },
     )
     reader = Reader(sock)

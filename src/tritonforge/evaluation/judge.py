@@ -29,7 +29,12 @@ import tritonforge
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.checks import run_static
 from tritonforge.evaluation.compare import compare, output_bytes
-from tritonforge.evaluation.decide import audit_record, decide_audit, decide_timing
+from tritonforge.evaluation.decide import (
+    audit_record,
+    audit_switches,
+    decide_audit,
+    decide_timing,
+)
 from tritonforge.evaluation.forkserver import ForkServer
 from tritonforge.evaluation.protocol import Deadline, PeerClosed, ProtocolError, pack, unpack
 from tritonforge.evaluation.reference import INIT_SEED, Reference, ReferenceError, ReferenceStore
@@ -82,6 +87,9 @@ def base_env(device: str) -> dict[str, str]:
             "LANG": "C.UTF-8",
             "PYTHONNOUSERSITE": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
+            # workers are killed, never exit cleanly: unbuffered, so what the candidate printed
+            # (e.g. just before a crash) reaches the judge instead of dying in a buffer
+            "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
             "KINETO_LOG_LEVEL": "5",
@@ -96,6 +104,8 @@ def base_env(device: str) -> dict[str, str]:
         idx = int(device.split(":")[1])
         visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
         env["CUDA_VISIBLE_DEVICES"] = visible[idx] if idx < len(visible) else str(idx)
+        env["TRITONFORGE_WARM_GPU"] = os.environ.get("TRITONFORGE_WARM_GPU", "1")
+        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # is_available() without initialising CUDA
     return env
 
 
@@ -176,7 +186,17 @@ class Evaluator:
         verdict.mode = s.mode
         verdict.wall_seconds = round(time.monotonic() - t0, 3)
         verdict.correct = verdict.status is Status.CORRECT
-        verdict.reward = compute_reward(verdict, s.reward, s.hack_penalty)
+        try:
+            verdict.reward = compute_reward(verdict, s.reward, s.hack_penalty)
+        except KeyError as exc:  # an unknown reward name is a settings error, not an exception
+            verdict = Verdict(
+                status=Status.INTERNAL_ERROR,
+                message=f"evaluator settings error: {exc.args[0] if exc.args else exc}",
+                problem_id=problem.id,
+                mode=s.mode,
+                phase="reward",
+                wall_seconds=verdict.wall_seconds,
+            )
         return verdict
 
     def _evaluate(self, problem: Problem, source: str | None, s: EvalSettings) -> Verdict:
@@ -239,7 +259,17 @@ class Evaluator:
                 )
             ) from None
         except PeerClosed:
-            status, why = describe_exit(session.wait_exit(5.0))
+            ended = session.wait_exit(5.0)
+            if ended is None and not session.server.alive:  # not the candidate's doing
+                raise _Failed(
+                    Verdict(
+                        status=Status.INTERNAL_ERROR,
+                        phase=phase,
+                        message="the evaluator's fork server died during this evaluation; "
+                        "the candidate was not judged",
+                    )
+                ) from None
+            status, why = describe_exit(ended)
             raise _Failed(
                 Verdict(
                     status=Status(status),
@@ -291,10 +321,14 @@ class Evaluator:
             False,
         )
         phases["import"] = time.monotonic() - t
+        if reply.get("cuda_init_s"):
+            phases["cuda_init"] = float(reply["cuda_init_s"])
         sandbox = reply.get("sandbox") or {}
         if not reply.get("ok"):
             return self._from_failure(reply, "import", False)
-        notes = [f"sandbox: {w}" for w in sandbox.get("warnings", [])]
+        notes = [f"sandbox: {sandbox.get('user', 'unknown')}"] + [
+            f"sandbox warning: {w}" for w in sandbox.get("warnings", [])
+        ]
         plan = [
             (self.seed(problem, i), s.distributions[i % len(s.distributions)])
             for i in range(s.correctness_trials)
@@ -314,7 +348,12 @@ class Evaluator:
             t = time.monotonic()
             reply, fds = self._call(
                 session,
-                {"op": "run", "inputs": case.desc, "profile": True},
+                {
+                    "op": "run",
+                    "inputs": case.desc,
+                    **audit_switches(),
+                    "repeat": i == len(plan) - 1,  # same tensors twice: caching check
+                },
                 [os.dup(case.fd)],
                 budget,
                 phase,

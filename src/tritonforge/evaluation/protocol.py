@@ -251,7 +251,8 @@ def unpack(desc: dict[str, Any], fd: int, keep_strides: bool = False) -> Any:
 def _tensor_from(meta: Any, mm: mmap.mmap | None, size: int, keep_strides: bool) -> torch.Tensor:
     if not isinstance(meta, dict):
         raise ProtocolError("bad tensor descriptor")
-    dtype = DTYPES.get(meta.get("dtype"))
+    name = meta.get("dtype")
+    dtype = DTYPES.get(name) if isinstance(name, str) else None  # a list would raise TypeError
     shape = meta.get("shape")
     offset, nbytes = meta.get("offset"), meta.get("nbytes")
     if (

@@ -149,6 +149,24 @@ def _blocked_ancestor(path: str) -> str | None:
     return None
 
 
+def _devices_usable_by_nobody(device: str) -> bool:
+    """CUDA needs /dev/nvidia*; if `nobody` cannot open them we stay uid 0 without capabilities."""
+    if device != "cuda":
+        return True
+    import glob
+
+    for dev in glob.glob("/dev/nvidia*"):
+        try:
+            mode = os.stat(dev).st_mode
+        except OSError:
+            continue
+        if stat.S_ISCHR(mode) and (mode & (stat.S_IROTH | stat.S_IWOTH)) != (
+            stat.S_IROTH | stat.S_IWOTH
+        ):
+            return False
+    return True
+
+
 def _interpreter_paths() -> list[str]:
     paths = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
     paths.update(p for p in sys.path if p and os.path.isdir(p))
@@ -304,9 +322,11 @@ def enter_sandbox(spec: SandboxSpec) -> SandboxReport:
         worker = os.fork()
         if worker:
             _pid1_reaper(worker)
-        if drop_to_nobody:
+        if drop_to_nobody and _devices_usable_by_nobody(spec.device):
             _become_nobody()
         else:
+            if drop_to_nobody:
+                report.user = "root without capabilities (GPU device files are not world-accessible) in pid+net+mount+ipc namespaces, read-only filesystem"
             _drop_capabilities()
         set_parent_death_signal()  # cleared by the credential change
         scratch = "/tmp/scratch"

@@ -36,17 +36,43 @@ from tritonforge.types import Status
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 
 
+def warm_gpu_driver() -> bool:
+    """GPU fork servers: load Triton's CUDA driver utilities (compiled with a C compiler on first
+    use) here, once, so no worker pays for it. Returns False if that touched CUDA in a way that
+    breaks forked children (checked by a throw-away child that must be able to use the GPU)."""
+    try:
+        from triton.runtime import driver
+
+        driver.active.utils  # noqa: B018 - builds/loads cuda_utils without creating a context
+    except Exception:  # noqa: BLE001 - no GPU driver: nothing to warm
+        return True
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            torch.zeros(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
 def preload() -> None:
     """Imports and wrappers done once in the fork server, inherited by every worker."""
     import traceback  # noqa: F401
 
     import torch.profiler
 
-    # The first profiler session in a process costs ~2 s (Kineto start-up); pay it once here.
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    # Warm the legacy profiler used by the audit (cheap; Kineto is avoided here because it would
+    # initialise CUDA in the fork server, and a forked child cannot use CUDA after that).
+    with torch.autograd.profiler.profile(use_kineto=False) as prof:
         torch.relu(torch.zeros(4))
-    prof.events()
+    prof.function_events  # noqa: B018
     audit.preload()
+    if torch.cuda.is_initialized():
+        raise RuntimeError("CUDA was initialised in the fork server; children could not use it")
 
 
 class Worker:
@@ -56,6 +82,7 @@ class Worker:
         self.spec = spec
         self.report = report
         self.device = "cpu"
+        self.mode = "strict"
         self.model: torch.nn.Module | None = None
         self.path = ""
         self.kernel_codes: set = set()
@@ -99,10 +126,15 @@ class Worker:
     # -- ops -----------------------------------------------------------------------------------
     def load(self, msg: dict[str, Any], fds: list[int]) -> None:
         self.device = msg.get("device", "cpu")
+        self.mode = msg.get("mode", "strict")
         scratch = os.getcwd()
         self.path = os.path.join(scratch, "candidate.py")
         with open(self.path, "w") as f:
             f.write(msg["source"])
+        t0 = time.perf_counter()
+        if self.device.startswith("cuda"):  # initialise CUDA before the candidate: not its time
+            torch.empty(1, device=self.device)
+        cuda_init_s = time.perf_counter() - t0
         init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds)
         allow = ("triton", "library") if msg.get("backend") == "cuda" else ("triton",)
         audit.arm(self.path, scratch, allow)
@@ -110,6 +142,7 @@ class Worker:
         try:
             spec = importlib.util.spec_from_file_location("candidate", self.path)
             module = importlib.util.module_from_spec(spec)
+            audit.guard_module(module.__dict__)
             sys.modules["candidate"] = module
             spec.loader.exec_module(module)
             self.kernel_codes = _kernel_codes(module)
@@ -144,6 +177,7 @@ class Worker:
                     "warnings": self.report.warnings,
                 },
                 "audit": self._audit_extra(),
+                "cuda_init_s": cuda_init_s,
             }
         )
 
@@ -152,11 +186,18 @@ class Worker:
         clean = [map_tensors(v, lambda t: t.clone()) for v in inputs]
         cuda = self.device.startswith("cuda")
         t0 = time.perf_counter()
+        in_tensors = [t for v in inputs for t in flatten_tensors(v)]
         try:
+            # repeat: a first call on the same tensors, its outputs poisoned (caching check)
+            poisoned = self._first_call(inputs, in_tensors) if msg.get("repeat") else set()
             with (
                 torch.no_grad(),
                 audit.forward_scope(
-                    profile=bool(msg.get("profile", True)), snapshot=True, cuda=cuda
+                    profile=bool(msg.get("profile", True)),
+                    snapshot=bool(msg.get("snapshot", True)),
+                    cuda=cuda,
+                    # CUDA activity (CUPTI) only for hybrid mode's custom-kernel share by time
+                    cuda_activity=cuda and self.mode == "hybrid",
                 ) as box,
             ):
                 out = self.model(*inputs)
@@ -169,15 +210,16 @@ class Worker:
         seconds = time.perf_counter() - t0
         rec: audit.ForwardRecord = box["record"]
         audit.tamper_check()
-        in_tensors = [t for v in inputs for t in flatten_tensors(v)]
         out_tensors = flatten_tensors(out)
         facts = {
             "mutated": _mutated(inputs, clean),
             "aliased": [
                 i for i, o in enumerate(out_tensors) if any(_overlaps(o, x) for x in in_tensors)
             ],
-            "provenance": _provenance(out_tensors, rec.launches),
+            "provenance": audit.provenance(out_tensors, rec),
             "expanded": [i for i, o in enumerate(out_tensors) if 0 in o.stride() and o.numel() > 1],
+            "repeat": bool(msg.get("repeat")),
+            "stale": audit.stale(out_tensors, poisoned),
         }
         try:
             desc, fd = pack(out, seal=False)
@@ -211,6 +253,20 @@ class Worker:
             )
         finally:
             os.close(fd)
+
+    def _first_call(self, inputs: list[Any], in_tensors: list[torch.Tensor]) -> set[int]:
+        """Forward once on `inputs` (launches counted, tripwires armed, no profile), then poison
+        the outputs' storages so the audited second call cannot return them unchanged."""
+        audit.STATE.active = audit.STATE.light = True
+        try:
+            with torch.no_grad():
+                first = flatten_tensors(self.model(*inputs))
+                self._sync()
+        finally:
+            audit.STATE.active = audit.STATE.light = False
+        poisoned = audit.poison(first, in_tensors)
+        self._sync()
+        return poisoned
 
     def time(self, msg: dict[str, Any], fds: list[int]) -> None:
         inputs = self._inputs(msg, fds)
@@ -315,26 +371,6 @@ def _mutated(inputs: list[Any], clean: list[Any]) -> list[int]:
 def _raw(t: torch.Tensor) -> torch.Tensor:
     """Bytes of a tensor's values (NaN-safe equality)."""
     return t.contiguous().reshape(-1).view(torch.uint8) if t.numel() else t
-
-
-def _provenance(outputs: list[torch.Tensor], launches: list[audit.Launch]) -> list[dict[str, Any]]:
-    """Per output: was its storage an argument of a successful launch, and did a launch change it."""
-    facts = []
-    for o in outputs:
-        s = o.untyped_storage()
-        ptr = s.data_ptr()
-        passed = [x for x in launches if x.ok and any(p == ptr for p, _ in x.args)]
-        written = any(x.changed is not None and ptr in x.changed for x in passed)
-        snapped = any(x.changed is not None for x in passed)
-        facts.append(
-            {
-                "launched_on": bool(passed),
-                "written": written,
-                "checked_write": snapped,
-                "numel": o.numel(),
-            }
-        )
-    return facts
 
 
 def main(fd: int, spec: dict[str, Any], report: Any) -> int:

@@ -1,0 +1,8 @@
+"""Status syntax_error: a missing colon."""
+
+import torch.nn as nn
+
+
+class ModelNew(nn.Module)
+    def forward(self, x):
+        return x
