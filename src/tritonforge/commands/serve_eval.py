@@ -1,0 +1,64 @@
+"""`tritonforge serve-eval`: run the evaluation HTTP service (see evaluation.server).
+
+Config precedence: `--config` TOML (a ServerConfig; evaluation defaults under [eval]), then
+`--set key=value` overrides (e.g. `--set queue_size=64 --set eval.correctness_trials=3`), then
+the explicit flags. Binds 127.0.0.1 unless told otherwise; refuses a non-loopback host without a
+token (`--token` or env TRITONFORGE_EVAL_TOKEN). Exit code 2 for bad arguments or config.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pydantic import ValidationError
+
+from tritonforge.config import ConfigError, load_config
+from tritonforge.config.server import TOKEN_ENV, ServerConfig
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve-eval",
+        help="run the evaluation server (HTTP)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 18188)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where kernels run")
+    p.add_argument("--gpus", help="comma-separated CUDA device indices (default: all visible)")
+    p.add_argument("--workers", type=int, metavar="N", help="concurrent evaluations per device")
+    p.add_argument("--queue-size", type=int, metavar="N", help="waiting requests before 429")
+    p.add_argument("--token", help=f"bearer token (or env {TOKEN_ENV}); required off loopback")
+    p.add_argument("--config", metavar="TOML", help="ServerConfig as TOML")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting"
+    )
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    cfg = load_config(ServerConfig, args.config, args.set)
+    flags = [(f, f) for f in ("host", "port", "device", "workers", "token")]
+    for flag, field in [*flags, ("queue_size", "queue_size")]:
+        value = getattr(args, flag, None)
+        if value is not None:
+            try:
+                setattr(cfg, field, value)
+            except ValidationError as exc:
+                msg = exc.errors()[0]["msg"]
+                raise ConfigError(f"--{flag.replace('_', '-')} {value!r}: {msg}") from None
+    if args.gpus:
+        try:
+            cfg.gpus = [int(x) for x in args.gpus.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"--gpus {args.gpus!r}: expected indices like 0,1,2") from None
+    cfg.check_safe()
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    from tritonforge.evaluation.server import serve
+
+    return serve(cfg, log_level=getattr(args, "log_level", "info"))
