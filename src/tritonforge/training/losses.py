@@ -20,12 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
-from pydantic import Field, field_validator
 
-from tritonforge.config import Section
+from tritonforge.config.train import LossConfig
 
 __all__ = [
     "AGGREGATIONS",
@@ -47,47 +45,7 @@ Tensor = torch.Tensor
 LossMetrics = dict[str, Tensor]
 Count = float | torch.Tensor
 Counts = tuple[torch.Tensor, Count, Count]  # (tokens per sequence [B], tokens, sequences)
-Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant_norm"]
-
-
-class LossConfig(Section):
-    """Which policy loss and its coefficients (`[train.loss]` in a run config)."""
-
-    type: str = Field(
-        "grpo", description="Registered loss: grpo | dr_grpo | gspo | grpo_tis | gspo_tis."
-    )
-    clip_low: float = Field(0.2, ge=0, lt=1, description="Token ratio lower clip: 1 - clip_low.")
-    clip_high: float = Field(0.28, ge=0, description="Token ratio upper clip (DAPO clip-higher).")
-    gspo_clip_low: float = Field(3e-4, ge=0, lt=1, description="GSPO sequence-ratio lower clip.")
-    gspo_clip_high: float = Field(4e-4, ge=0, description="GSPO sequence-ratio upper clip.")
-    aggregation: Aggregation = Field(
-        "token_mean",
-        description="How grpo/grpo_tis reduce per-token losses (dr_grpo, gspo fix theirs).",
-    )
-    norm_constant: float = Field(
-        4096.0,
-        gt=0,
-        description="constant_norm / Dr.GRPO: tokens per sequence (generation budget).",
-    )
-    kl_coef: float = Field(0.0, ge=0, description="KL penalty weight; 0 means no reference model.")
-    kl_type: Literal["k1", "k2", "k3"] = Field(
-        "k3", description="KL estimator (Schulman's k1/k2/k3)."
-    )
-    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight (subtracted).")
-    tis_cap: float = Field(2.0, gt=0, description="TIS cap C on pi_train/pi_rollout.")
-    tis_level: Literal["token", "sequence"] = Field(
-        "token", description="TIS weight per token, or per sequence (geometric mean)."
-    )
-    log_ratio_clamp: float = Field(
-        20.0, gt=0, description="Clamp |log ratio| before exp (overflow guard)."
-    )
-
-    @field_validator("type")
-    @classmethod
-    def _known_type(cls, value: str) -> str:
-        if value not in LOSSES:
-            raise ValueError(f"unknown loss {value!r}; known: {sorted(LOSSES)}")
-        return value
+# LossConfig lives in tritonforge.config.train (torch-free) and is re-exported here.
 
 
 @dataclass(frozen=True)

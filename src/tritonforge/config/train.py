@@ -1,0 +1,273 @@
+"""Training configuration: model, optimizer, batching, RL loss, checkpoints, logging, SFT data.
+
+Covers: the pydantic sections of the trainer (`TrainerConfig`, the `[train]` table of a run
+config) and of the SFT command (`SFTRunConfig`), including `LossConfig` (moved here from
+training.losses so configs stay torch-free; training.losses re-exports it).
+Does not cover: anything that imports torch, the rollout/engine/evaluator sections (rollout.*,
+config.eval) or the RL driver loop's own settings (its command owns them).
+
+Loss names are validated against the built-in ones plus any registered at run time in
+`tritonforge.training.losses.LOSSES` (checked only if that module is already imported, so this
+module never imports torch).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from tritonforge.config import Section
+from tritonforge.rollout.feedback import FeedbackConfig
+from tritonforge.rollout.prompts import PromptConfig
+
+__all__ = [
+    "BUILTIN_LOSSES",
+    "BatchConfig",
+    "CheckpointConfig",
+    "DistConfig",
+    "LoggingConfig",
+    "LossConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "RLConfig",
+    "SFTConfig",
+    "SFTDataConfig",
+    "SFTRunConfig",
+    "TrainerConfig",
+]
+
+BUILTIN_LOSSES = ("grpo", "dr_grpo", "gspo", "grpo_tis", "gspo_tis")
+Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant_norm"]
+
+
+def _known_losses() -> set[str]:
+    mod = sys.modules.get("tritonforge.training.losses")
+    registered = set(getattr(mod, "LOSSES", {})) if mod is not None else set()
+    return set(BUILTIN_LOSSES) | registered
+
+
+class ModelConfig(Section):
+    """Which Hugging Face causal LM to train and how to hold it."""
+
+    path: str = Field("runs/tiny-model", description="HF model dir (config + weights + tokenizer).")
+    tokenizer_path: str | None = Field(None, description="Tokenizer dir; None uses `path`.")
+    reference_path: str | None = Field(
+        None, description="Reference model for KL (loaded only when kl_coef > 0); None = `path`."
+    )
+    dtype: Literal["fp32", "bf16"] = Field("fp32", description="Compute dtype.")
+    master_fp32: bool = Field(
+        True,
+        description="With bf16: keep fp32 parameters and AdamW states and compute in bf16 "
+        "(autocast, or FSDP2 mixed precision); False trains pure bf16 (tiny updates round away).",
+    )
+    gradient_checkpointing: bool = Field(False, description="Recompute decoder layers in backward.")
+    attn_implementation: str = Field(
+        "sdpa", description="HF attention backend: sdpa | eager | flash_attention_2 | ..."
+    )
+    trust_remote_code: bool = False
+
+
+class OptimConfig(Section):
+    """AdamW, learning-rate schedule and gradient clipping."""
+
+    lr: float = Field(1e-5, gt=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(0.0, ge=0, description="Not applied to 1-D params (norms, biases).")
+    eps: float = Field(1e-8, gt=0)
+    schedule: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 over these steps.")
+    total_steps: int | None = Field(
+        None, ge=1, description="Optimizer steps of the run; needed by cosine/linear decay."
+    )
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Decay floor as a fraction of lr.")
+    grad_clip: float = Field(1.0, ge=0, description="Max global grad norm; 0 disables clipping.")
+
+    @model_validator(mode="after")
+    def _decay_needs_total(self) -> OptimConfig:
+        if self.schedule != "constant" and self.total_steps is None:
+            raise ValueError(f"schedule {self.schedule!r} needs optim.total_steps")
+        return self
+
+
+class BatchConfig(Section):
+    """Micro-batching under a token budget and chunked log-probs."""
+
+    micro_batch_tokens: int = Field(
+        8192,
+        ge=1,
+        description="Padded tokens (rows x longest row) per micro-batch; a longer "
+        "sequence still gets a micro-batch of its own.",
+    )
+    max_seq_len: int = Field(8192, ge=2, description="Longer sequences are handled by `overflow`.")
+    overflow: Literal["truncate", "drop"] = Field(
+        "truncate", description="truncate keeps the first max_seq_len tokens; drop skips it."
+    )
+    chunk_tokens: int = Field(
+        1024, ge=1, description="Tokens per lm-head chunk (memory ~ chunk x vocab fp32)."
+    )
+
+
+class LossConfig(Section):
+    """Which policy loss and its coefficients (`[train.loss]` in a run config)."""
+
+    type: str = Field(
+        "grpo", description="Registered loss: grpo | dr_grpo | gspo | grpo_tis | gspo_tis."
+    )
+    clip_low: float = Field(0.2, ge=0, lt=1, description="Token ratio lower clip: 1 - clip_low.")
+    clip_high: float = Field(0.28, ge=0, description="Token ratio upper clip (DAPO clip-higher).")
+    gspo_clip_low: float = Field(3e-4, ge=0, lt=1, description="GSPO sequence-ratio lower clip.")
+    gspo_clip_high: float = Field(4e-4, ge=0, description="GSPO sequence-ratio upper clip.")
+    aggregation: Aggregation = Field(
+        "token_mean",
+        description="How grpo/grpo_tis reduce per-token losses (dr_grpo, gspo fix theirs).",
+    )
+    norm_constant: float = Field(
+        4096.0,
+        gt=0,
+        description="constant_norm / Dr.GRPO: tokens per sequence (generation budget).",
+    )
+    kl_coef: float = Field(0.0, ge=0, description="KL penalty weight; 0 means no reference model.")
+    kl_type: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="KL estimator (Schulman's k1/k2/k3)."
+    )
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight (subtracted).")
+    tis_cap: float = Field(2.0, gt=0, description="TIS cap C on pi_train/pi_rollout.")
+    tis_level: Literal["token", "sequence"] = Field(
+        "token", description="TIS weight per token, or per sequence (geometric mean)."
+    )
+    log_ratio_clamp: float = Field(
+        20.0, gt=0, description="Clamp |log ratio| before exp (overflow guard)."
+    )
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        known = _known_losses()
+        if value not in known:
+            raise ValueError(f"unknown loss {value!r}; known: {sorted(known)}")
+        return value
+
+
+class RLConfig(Section):
+    """How one `RLTrainer.train_step` uses its batch."""
+
+    ppo_epochs: int = Field(1, ge=1, description="Passes over the batch per train_step.")
+    num_minibatches: int = Field(
+        1, ge=1, description="Optimizer steps per epoch (the batch split by sequences)."
+    )
+    temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature of the rollouts (log-probs use it too)."
+    )
+    log_entropy: bool = Field(True, description="Compute entropy for metrics when not in the loss.")
+    shuffle: bool = Field(True, description="Shuffle sequences between minibatches (seeded).")
+    seed: int = 0
+
+
+class CheckpointConfig(Section):
+    """Training-state checkpoints (model, optimizer, scheduler, RNG, step, data position)."""
+
+    dir: str = Field("checkpoints", description="Relative paths are under the run dir.")
+    every_steps: int = Field(0, ge=0, description="Save every N optimizer steps; 0 = only at end.")
+    keep_last: int = Field(2, ge=1, description="Checkpoints kept; older ones are deleted.")
+    resume: bool = Field(True, description="Resume from the newest checkpoint in `dir` if any.")
+    save_final: bool = True
+
+
+class LoggingConfig(Section):
+    """Where step metrics go: a fixed-format line, JSONL, TensorBoard, W&B."""
+
+    every_steps: int = Field(1, ge=1, description="Print the step line every N steps.")
+    jsonl: bool = Field(True, description="Append metrics to RUN_DIR/metrics.jsonl.")
+    tensorboard: bool = Field(False, description="Write RUN_DIR/tb (needs the tensorboard extra).")
+    wandb_project: str | None = Field(None, description="W&B project; None = off.")
+    wandb_entity: str | None = None
+    progress: bool = Field(True, description="Progress bar on long loops.")
+
+
+class DistConfig(Section):
+    """Data parallelism under torchrun (ignored when WORLD_SIZE is 1)."""
+
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto", description="auto: nccl with CUDA, gloo on CPU."
+    )
+    fsdp: bool = Field(True, description="FSDP2 fully_shard per decoder layer + root.")
+    reshard_after_forward: bool = Field(True, description="FSDP2: free gathered layers after fwd.")
+    timeout_s: int = Field(1800, ge=10)
+
+
+class TrainerConfig(Section):
+    """The RL trainer (`[train]` in a run config)."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    rl: RLConfig = Field(default_factory=RLConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    dist: DistConfig = Field(default_factory=DistConfig)
+    weights_dir: str = Field(
+        "weights", description="save_weights() writes versioned HF dirs WEIGHTS_DIR/v{N}."
+    )
+    keep_weights: int = Field(2, ge=1, description="Versioned weight dirs kept on disk.")
+
+
+class SFTDataConfig(Section):
+    """What SFT trains on and how examples become token streams."""
+
+    kind: Literal["builtin", "kernelbook", "chat"] = Field(
+        "builtin",
+        description="builtin: the built-in suite's solutions; kernelbook: pairs; "
+        "chat: JSONL of {'messages': [...]}",
+    )
+    path: str | None = Field(None, description="Parquet or JSONL file (kernelbook, chat).")
+    builtin_size: str = Field("cpu", description="builtin: size preset of the problems.")
+    pytorch_column: str = Field("python_code", description="kernelbook: PyTorch source column.")
+    triton_column: str = Field("triton_code", description="kernelbook: Triton source column.")
+    entry_point_column: str | None = Field(
+        "entry_point", description="kernelbook: class name column; renamed to Model/ModelNew."
+    )
+    messages_column: str = Field("messages", description="chat: the list of messages.")
+    thinking: Literal["none", "empty", "short"] = Field(
+        "empty", description="Answer opens with no think block, an empty one, or `think_text`."
+    )
+    think_text: str = Field(
+        "Write a Triton kernel that computes the same result, with masked loads and stores.",
+        description="thinking='short': the reasoning put in the think block.",
+    )
+    min_tokens: int = Field(1, ge=1, description="Shorter tokenised examples are dropped.")
+    max_tokens: int = Field(4096, ge=2, description="Longer tokenised examples are dropped.")
+    dedup: bool = Field(True, description="Drop examples whose messages hash equal.")
+    limit: int | None = Field(None, ge=1, description="Keep at most this many examples.")
+    end_of_turn_token: str | None = Field(
+        None, description="Token ending an assistant turn; None = the tokenizer's eos."
+    )
+    prompt: PromptConfig = Field(default_factory=PromptConfig)
+    feedback: FeedbackConfig = Field(default_factory=FeedbackConfig)
+
+
+class SFTConfig(Section):
+    """The SFT loop."""
+
+    data: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(8, ge=1, description="Sequences per optimizer step (global).")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many steps.")
+    shuffle: bool = True
+    seed: int = 0
+
+
+class SFTRunConfig(Section):
+    """`tritonforge sft --config FILE`: everything an SFT run needs."""
+
+    run_dir: str = Field("runs/sft", description="Outputs: config, metrics, checkpoints, model.")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-4))
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    dist: DistConfig = Field(default_factory=DistConfig)
+    output_dir: str = Field("final", description="Final HF model dir (relative to run_dir).")

@@ -1,0 +1,314 @@
+"""SFT data: loaders, conversion to chats in the rollout format, tokenisation with exact masks.
+
+Covers: KernelBook-style pairs (parquet or JSONL, configurable column names; the entry-point class
+renamed to Model / ModelNew), chat JSONL ({"messages": [...]}), the built-in suite's
+(problem, solution) pairs; `pair_to_chat` (the SAME opening messages as rollouts via
+rollout.prompts.build_messages, the answer as a fenced python block with an optional empty or
+short think block, optional earlier attempts answered by rollout.feedback.build_feedback);
+`tokenize_chat` (the token stream a rollout would produce, with the loss mask exactly on the
+assistant tokens); length filter and dedup (`build_sft_dataset`).
+Does not cover: the training loop (training.sft) or generating new data.
+
+Token stream, as in a multi-turn rollout (token in, token out): the prompt is
+`render(messages[:first assistant], add_generation_prompt=True)`; each assistant answer is
+`encode(content) + [end_of_turn]` (mask 1: what the model would generate, ending with the token
+that stops generation); the messages between two answers (feedback) are `continuation_ids`: the
+tokens the chat template puts after the previous answer's end-of-turn token, up to and including
+the next generation prompt (mask 0). A rollout loop that appends feedback the same way
+(`continuation_ids`) trains on exactly the same kind of stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tritonforge.config.train import SFTDataConfig
+from tritonforge.logging_setup import get_logger
+from tritonforge.rollout.feedback import build_feedback
+from tritonforge.rollout.prompts import build_messages, render
+from tritonforge.types import Problem, Verdict
+
+__all__ = [
+    "ChatExample",
+    "SFTDataset",
+    "TemplateError",
+    "TokenizedExample",
+    "answer_text",
+    "build_sft_dataset",
+    "builtin_pairs",
+    "continuation_ids",
+    "end_of_turn_id",
+    "load_chat_jsonl",
+    "load_kernelbook",
+    "load_records",
+    "pair_to_chat",
+    "tokenize_chat",
+]
+
+log = get_logger(__name__)
+Message = dict[str, str]
+
+
+class TemplateError(ValueError):
+    """The chat template does not render this conversation as a stable token stream."""
+
+
+@dataclass(frozen=True)
+class ChatExample:
+    messages: list[Message]
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class TokenizedExample:
+    token_ids: list[int]
+    loss_mask: list[int]
+    source: str = ""
+
+
+@dataclass
+class SFTDataset:
+    examples: list[TokenizedExample]
+    dropped: Counter = field(default_factory=Counter)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+
+# ------------------------------------------------------------------------------------ loading
+def load_records(path: str | Path, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of a parquet file (by suffix) or a JSONL file, as dicts."""
+    p = Path(path)
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        schema_names = set(pq.read_schema(p).names)
+        cols = [c for c in columns if c in schema_names] if columns else None
+        return pq.read_table(p, columns=cols).to_pylist()
+    rows = []
+    with p.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows
+
+
+def _rename(src: str, old: str, new: str) -> str:
+    return re.sub(rf"\b{re.escape(old)}\b", new, src) if old and old != new else src
+
+
+def load_kernelbook(cfg: SFTDataConfig) -> tuple[list[tuple[Problem, str]], Counter]:
+    """(problem, triton source) pairs from cfg.path; rows missing a column or a `ModelNew`
+    class (after renaming `<entry>New` -> ModelNew, `<entry>` -> Model) are counted as dropped."""
+    if cfg.path is None:
+        raise ValueError("sft.data.path is required for kind='kernelbook'")
+    cols = [cfg.pytorch_column, cfg.triton_column]
+    if cfg.entry_point_column:
+        cols.append(cfg.entry_point_column)
+    pairs, dropped = [], Counter()
+    for i, row in enumerate(load_records(cfg.path, cols)):
+        torch_src, triton_src = row.get(cfg.pytorch_column), row.get(cfg.triton_column)
+        if not isinstance(torch_src, str) or not isinstance(triton_src, str):
+            dropped["missing_column"] += 1
+            continue
+        entry = row.get(cfg.entry_point_column) if cfg.entry_point_column else None
+        if isinstance(entry, str) and entry:
+            triton_src = _rename(_rename(triton_src, f"{entry}New", "ModelNew"), entry, "Model")
+            torch_src = _rename(torch_src, entry, "Model")
+        if not re.search(r"class\s+ModelNew\b", triton_src):
+            dropped["no_model_new"] += 1
+            continue
+        name = entry if isinstance(entry, str) and entry else f"example_{i}"
+        problem = Problem(
+            id=f"kernelbook/{i}", suite="kernelbook", name=name, reference_src=torch_src
+        )
+        pairs.append((problem, triton_src))
+    return pairs, dropped
+
+
+def load_chat_jsonl(cfg: SFTDataConfig) -> tuple[list[ChatExample], Counter]:
+    """Chats from cfg.path (JSONL or parquet) whose `messages_column` is a list of
+    {role, content} dicts with at least one assistant message."""
+    if cfg.path is None:
+        raise ValueError("sft.data.path is required for kind='chat'")
+    out, dropped = [], Counter()
+    for i, row in enumerate(load_records(cfg.path, [cfg.messages_column])):
+        msgs = row.get(cfg.messages_column)
+        ok = isinstance(msgs, list) and all(
+            isinstance(m, Mapping) and isinstance(m.get("content"), str) and "role" in m
+            for m in msgs
+        )
+        if not ok:
+            dropped["bad_record"] += 1
+            continue
+        out.append(
+            ChatExample(
+                [{"role": m["role"], "content": m["content"]} for m in msgs], f"{cfg.path}:{i}"
+            )
+        )
+    return out, dropped
+
+
+def builtin_pairs(size: str = "cpu") -> list[tuple[Problem, str]]:
+    """The built-in suite's (problem, solution) pairs: the CPU demo's SFT seed data."""
+    from tritonforge.problems import load_suite
+
+    return [(p, p.solution_src) for p in load_suite("builtin", size=size) if p.solution_src]
+
+
+# ------------------------------------------------------------------------------------ chats
+def answer_text(code: str, cfg: SFTDataConfig) -> str:
+    """The assistant answer: optional think block, then the code in one fenced python block.
+
+    No think block is added when the prompt disables thinking (the chat template pre-fills an
+    empty one in the generation prompt then, as Qwen3's does)."""
+    block = f"```python\n{code.strip(chr(10))}\n```"
+    if not cfg.prompt.thinking or cfg.thinking == "none":
+        return block
+    reasoning = "\n\n" if cfg.thinking == "empty" else f"\n{cfg.think_text.strip()}\n"
+    return f"<think>{reasoning}</think>\n\n{block}"
+
+
+def pair_to_chat(
+    problem: Problem,
+    solution_src: str,
+    cfg: SFTDataConfig,
+    attempts: Sequence[tuple[str, Verdict]] = (),
+) -> ChatExample:
+    """Rollout-format chat for one pair; `attempts` (code, verdict) become earlier turns, each
+    followed by its feedback message, before the final correct answer."""
+    messages = list(build_messages(problem, cfg.prompt))
+    for code, verdict in attempts:
+        messages.append({"role": "assistant", "content": answer_text(code, cfg)})
+        messages.append({"role": "user", "content": build_feedback(verdict, cfg.feedback)})
+    messages.append({"role": "assistant", "content": answer_text(solution_src, cfg)})
+    return ChatExample(messages, problem.id)
+
+
+# ------------------------------------------------------------------------------------ tokens
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def end_of_turn_id(tokenizer: Any, token: str | None = None) -> int:
+    """Id of the token ending an assistant turn (`token`, else the tokenizer's eos)."""
+    tid = tokenizer.convert_tokens_to_ids(token) if token else tokenizer.eos_token_id
+    if not isinstance(tid, int) or tid < 0 or tid == getattr(tokenizer, "unk_token_id", None):
+        raise ValueError(
+            f"end-of-turn token {token or tokenizer.eos_token!r} is not in the vocabulary"
+        )
+    return tid
+
+
+def continuation_ids(
+    tokenizer: Any,
+    history: Sequence[Mapping[str, str]],
+    new_messages: Sequence[Mapping[str, str]],
+    eot_id: int,
+    enable_thinking: bool | None = None,
+) -> list[int]:
+    """Tokens the chat template puts after the last end-of-turn token of `history` (which ends
+    with an assistant message) when `new_messages` follow, through the next generation prompt.
+
+    Found by counting end-of-turn tokens, so templates that re-render earlier turns (e.g.
+    dropping old reasoning) still give the right delta. Raises TemplateError when the counts
+    or the text after the last end-of-turn token disagree.
+    """
+    prev = render(tokenizer, history, add_generation_prompt=False, enable_thinking=enable_thinking)
+    full = render(
+        tokenizer,
+        [*history, *new_messages],
+        add_generation_prompt=True,
+        enable_thinking=enable_thinking,
+    )
+    n = prev.count(eot_id)
+    ends = [i for i, t in enumerate(full) if t == eot_id]
+    if n == 0 or len(ends) < n:
+        raise TemplateError(f"{n} end-of-turn tokens before the new messages, {len(ends)} after")
+    start = ends[n - 1] + 1
+    last_prev = len(prev) - 1 - prev[::-1].index(eot_id)
+    tail = prev[last_prev + 1 :]  # e.g. the newline after <|im_end|>
+    if full[start : start + len(tail)] != tail:
+        raise TemplateError("the chat template renders the previous turn's ending differently")
+    return full[start:]
+
+
+def tokenize_chat(
+    tokenizer: Any, messages: Sequence[Mapping[str, str]], eot_id: int,
+    enable_thinking: bool | None = None, source: str = "",
+) -> TokenizedExample:  # fmt: skip
+    """The rollout-shaped token stream of a chat and its assistant-only loss mask (see the
+    module docstring). Messages after the last assistant message are ignored."""
+    roles = [m["role"] for m in messages]
+    if "assistant" not in roles:
+        raise TemplateError("no assistant message")
+    j = roles.index("assistant")
+    ids = render(
+        tokenizer, messages[:j], add_generation_prompt=True, enable_thinking=enable_thinking
+    )
+    mask = [0] * len(ids)
+    while True:
+        answer = [*_encode(tokenizer, messages[j]["content"]), eot_id]
+        ids += answer
+        mask += [1] * len(answer)
+        nxt = next((k for k in range(j + 1, len(roles)) if roles[k] == "assistant"), None)
+        if nxt is None:
+            return TokenizedExample(ids, mask, source)
+        delta = continuation_ids(
+            tokenizer, messages[: j + 1], messages[j + 1 : nxt], eot_id, enable_thinking
+        )
+        ids += delta
+        mask += [0] * len(delta)
+        j = nxt
+
+
+def _content_hash(messages: Iterable[Mapping[str, str]]) -> str:
+    blob = json.dumps([[m["role"], m["content"]] for m in messages], ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _chats(cfg: SFTDataConfig) -> tuple[list[ChatExample], Counter]:
+    if cfg.kind == "chat":
+        return load_chat_jsonl(cfg)
+    if cfg.kind == "kernelbook":
+        pairs, dropped = load_kernelbook(cfg)
+    else:
+        pairs, dropped = builtin_pairs(cfg.builtin_size), Counter()
+    return [pair_to_chat(p, sol, cfg) for p, sol in pairs], dropped
+
+
+def build_sft_dataset(cfg: SFTDataConfig, tokenizer: Any) -> SFTDataset:
+    """Load, convert, dedup (by content hash), tokenise and length-filter; counts every drop."""
+    chats, dropped = _chats(cfg)
+    eot = end_of_turn_id(tokenizer, cfg.end_of_turn_token)
+    seen: set[str] = set()
+    out: list[TokenizedExample] = []
+    for chat in chats:
+        if cfg.dedup:
+            h = _content_hash(chat.messages)
+            if h in seen:
+                dropped["duplicate"] += 1
+                continue
+            seen.add(h)
+        try:
+            ex = tokenize_chat(tokenizer, chat.messages, eot, cfg.prompt.thinking, chat.source)
+        except TemplateError:
+            dropped["template"] += 1
+            continue
+        if len(ex.token_ids) < cfg.min_tokens:
+            dropped["too_short"] += 1
+        elif len(ex.token_ids) > cfg.max_tokens:
+            dropped["too_long"] += 1
+        else:
+            out.append(ex)
+        if cfg.limit is not None and len(out) >= cfg.limit:
+            break
+    log.info("sft data ready", extra={"fields": {"examples": len(out), **dict(dropped)}})
+    return SFTDataset(out, dropped)
