@@ -21,7 +21,7 @@ from pydantic import Field
 from tritonforge.config import Section
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.engines.base import Engine, SamplingParams
-from tritonforge.rollout.prompts import render
+from tritonforge.rollout.prompts import continuation_ids, end_of_turn_id, render
 from tritonforge.rollout.returns import ReturnsConfig, apply_returns
 from tritonforge.rollout.tasks import Task
 from tritonforge.types import GenStatus, Problem, Status, Trajectory, Turn
@@ -43,42 +43,28 @@ class AgentConfig(Section):
 
 
 class ChatFrame:
-    """The template text around a feedback turn, measured once from the tokenizer's template.
+    """Token-exact turn boundaries from the tokenizer's chat template.
 
-    After an assistant response (which ends with the end-of-turn token when it stopped
-    normally), the next context is: [closing text] + user turn(feedback) + generation prompt.
+    After an assistant response the next context is: the end-of-turn token (unless the response
+    already ended with it) + the template's continuation through the next generation prompt,
+    found by counting end-of-turn tokens (robust to templates that re-render earlier turns,
+    such as Qwen3's dropping old reasoning).
     """
 
-    def __init__(self, tokenizer: Any):
-        self.tok = tokenizer
-        a, b, fb = "AAAA", "BBBB", "FFFF"
-        base = [{"role": "user", "content": a}, {"role": "assistant", "content": b}]
-        s1 = tokenizer.apply_chat_template(base, tokenize=False)
-        s2 = tokenizer.apply_chat_template([*base, {"role": "user", "content": fb}], tokenize=False, add_generation_prompt=True)
-        if not s2.startswith(s1) or b not in s1:
-            raise ValueError("chat template does not extend the conversation by appending; cannot build token-exact turns")
-        self.close_text = s1[s1.rindex(b) + len(b) :]  # e.g. "<|im_end|>\n"
-        delta = s2[len(s1) :]
-        self.user_prefix, self.user_suffix = delta.split(fb, 1)
-        self.stop_ids = self._stop_ids()
+    _HISTORY = ({"role": "user", "content": "."}, {"role": "assistant", "content": "."})
 
-    def _stop_ids(self) -> list[int]:
-        ids = set()
-        for text in (self.close_text.strip(), self.tok.eos_token):
-            if text:
-                tid = self.tok.convert_tokens_to_ids(text)
-                if isinstance(tid, int) and tid >= 0 and tid != self.tok.unk_token_id:
-                    ids.add(tid)
-        return sorted(ids)
+    def __init__(self, tokenizer: Any, end_of_turn: str | None = None):
+        self.tok = tokenizer
+        self.eot = end_of_turn_id(tokenizer, end_of_turn)
+        eos = getattr(tokenizer, "eos_token_id", None)
+        self.stop_ids = sorted({self.eot} | ({eos} if isinstance(eos, int) else set()))
+        self.feedback_ids([self.eot], "probe")  # fail early if the template cannot be extended
 
     def feedback_ids(self, response_ids: list[int], feedback: str) -> list[int]:
-        """Tokens to append after `response_ids`: close the assistant turn, then the user turn."""
-        closing = self.close_text
-        if response_ids and response_ids[-1] in self.stop_ids:
-            ended = self.tok.convert_ids_to_tokens(response_ids[-1])
-            closing = closing[len(ended) :] if closing.startswith(ended) else closing
-        text = closing + self.user_prefix + feedback + self.user_suffix
-        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+        """Tokens to append after `response_ids` for a user turn carrying `feedback`."""
+        delta = continuation_ids(self.tok, list(self._HISTORY), [{"role": "user", "content": feedback}], self.eot)
+        close = [] if response_ids and response_ids[-1] == self.eot else [self.eot]
+        return close + delta
 
 
 @dataclass

@@ -193,3 +193,50 @@ def render_prompt(tokenizer: Any, problem: Problem, cfg: PromptConfig | None = N
     """Shortcut: `render(tokenizer, build_messages(problem, cfg), enable_thinking=cfg.thinking)`."""
     cfg = cfg or PromptConfig()
     return render(tokenizer, build_messages(problem, cfg), enable_thinking=cfg.thinking)
+
+
+class TemplateError(ValueError):
+    """The chat template cannot be extended turn by turn as token-exact continuations."""
+
+
+def end_of_turn_id(tokenizer: Any, token: str | None = None) -> int:
+    """Id of the token ending an assistant turn (`token`, else the tokenizer's eos)."""
+    tid = tokenizer.convert_tokens_to_ids(token) if token else tokenizer.eos_token_id
+    if not isinstance(tid, int) or tid < 0 or tid == getattr(tokenizer, "unk_token_id", None):
+        raise ValueError(
+            f"end-of-turn token {token or tokenizer.eos_token!r} is not in the vocabulary"
+        )
+    return tid
+
+
+def continuation_ids(
+    tokenizer: Any,
+    history: Sequence[Mapping[str, str]],
+    new_messages: Sequence[Mapping[str, str]],
+    eot_id: int,
+    enable_thinking: bool | None = None,
+) -> list[int]:
+    """Tokens the chat template puts after the last end-of-turn token of `history` (which ends
+    with an assistant message) when `new_messages` follow, through the next generation prompt.
+
+    Found by counting end-of-turn tokens, so templates that re-render earlier turns (e.g.
+    dropping old reasoning) still give the right delta. Raises TemplateError when the counts
+    or the text after the last end-of-turn token disagree.
+    """
+    prev = render(tokenizer, history, add_generation_prompt=False, enable_thinking=enable_thinking)
+    full = render(
+        tokenizer,
+        [*history, *new_messages],
+        add_generation_prompt=True,
+        enable_thinking=enable_thinking,
+    )
+    n = prev.count(eot_id)
+    ends = [i for i, t in enumerate(full) if t == eot_id]
+    if n == 0 or len(ends) < n:
+        raise TemplateError(f"{n} end-of-turn tokens before the new messages, {len(ends)} after")
+    start = ends[n - 1] + 1
+    last_prev = len(prev) - 1 - prev[::-1].index(eot_id)
+    tail = prev[last_prev + 1 :]  # e.g. the newline after <|im_end|>
+    if full[start : start + len(tail)] != tail:
+        raise TemplateError("the chat template renders the previous turn's ending differently")
+    return full[start:]
