@@ -77,10 +77,18 @@ class Case:
     nbytes: int
 
     def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        """Close the memfd once; idempotent."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self) -> None:
+        # Evicted cases are closed when the last evaluation holding them lets go (closing on
+        # eviction raced with threads about to dup the fd: EBADF on the H200 suite run).
+        self.close()
 
 
 @dataclass
@@ -181,14 +189,11 @@ class ReferenceStore:
             self._bytes += case.nbytes
             while self._bytes > self.max_bytes and len(self._cases) > 1:
                 _, old = self._cases.popitem(last=False)
-                self._bytes -= old.nbytes
-                old.close()
+                self._bytes -= old.nbytes  # closed by Case.__del__ once no thread holds it
         return case
 
     def clear(self) -> None:
         with self._lock:
-            for c in self._cases.values():
-                c.close()
-            self._cases.clear()
+            self._cases.clear()  # memfds close as the cases are collected
             self._refs.clear()
             self._bytes = 0

@@ -67,9 +67,12 @@ def preload() -> None:
 
     # Warm the legacy profiler used by the audit (cheap; Kineto is avoided here because it would
     # initialise CUDA in the fork server, and a forked child cannot use CUDA after that).
-    with torch.autograd.profiler.profile(use_kineto=False) as prof:
-        torch.relu(torch.zeros(4))
-    prof.function_events  # noqa: B018
+    # Not on GPU fork servers: on a CUDA build even the legacy profiler initialises the driver,
+    # after which forked children cannot use CUDA (seen on the H200).
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        with torch.autograd.profiler.profile(use_kineto=False) as prof:
+            torch.relu(torch.zeros(4))
+        prof.function_events  # noqa: B018
     audit.preload()
     if torch.cuda.is_initialized():
         raise RuntimeError("CUDA was initialised in the fork server; children could not use it")
@@ -137,7 +140,7 @@ class Worker:
         cuda_init_s = time.perf_counter() - t0
         init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds)
         allow = ("triton", "library") if msg.get("backend") == "cuda" else ("triton",)
-        audit.arm(self.path, scratch, allow)
+        audit.arm(self.path, scratch, allow, strict=self.mode == "strict")
         phase = "import"
         try:
             spec = importlib.util.spec_from_file_location("candidate", self.path)
