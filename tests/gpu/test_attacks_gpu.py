@@ -54,7 +54,7 @@ def test_attack_on_gpu(gpu_judge: Evaluator, case: dict[str, Any]) -> None:
     rule = case.get("gpu_rule", case["rule"]) or None
     detail = f"{case['file']}: {v.status.value} rule={v.rule} phase={v.phase}\n{v.message[:800]}"
     assert v.status is Status(status), detail
-    assert v.rule == rule, detail
+    assert v.rule in case.get("rule_any", [rule]), detail
     assert damage == [], damage
     if "max_speedup" in case:
         assert v.speedup is not None and v.speedup <= case["max_speedup"], detail

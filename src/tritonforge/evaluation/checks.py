@@ -3,9 +3,11 @@
 Covers: no code, syntax errors, a missing `ModelNew`, and the source-level reward-hack rules
 (no custom kernel in strict mode, generated code, dispatcher escapes, dynamic code and
 introspection that could reach the audit's state, forbidden imports, patching the evaluator's
-functions, probing the RNG seed, exiting the process). Static rules are the cheap first layer;
-the audit in the sandbox (audit.py) catches what source tricks hide. Does not cover: running
-anything.
+functions, probing the RNG seed, exiting the process, probing the profiler, Python inside a
+kernel body via kernel_checks.py). Static rules are the cheap first layer; the audit in the
+sandbox (audit.py) catches what source tricks hide. Rule names and meanings: docs/security.md.
+Does not cover: running anything. (Over 400 lines because the rule tables list one name per
+line; the logic is the visitor below.)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tritonforge.evaluation.kernel_checks import python_in_kernel
 from tritonforge.types import Status
 
 
@@ -67,6 +70,11 @@ FORBIDDEN_MODULES = {
     "types",
     "weakref",
     "atexit",
+    "tritonforge",
+    "posix",
+    "nt",
+    "_posixsubprocess",
+    "_socket",
 }
 INTROSPECTION_ATTRS = {
     "__globals__",
@@ -161,7 +169,11 @@ ALWAYS = {
     "process_control",
     "generated_code",
     "dispatcher_escape",
+    "profiler_tamper",
+    "python_in_kernel",
 }
+# String constants naming interpreter internals (e.g. for operator.attrgetter): introspection.
+INTROSPECTION_STRINGS = INTROSPECTION_ATTRS | {"__import__", "f_builtins", "gi_code"}
 
 
 def _chain(node: ast.AST) -> tuple[str, ...]:
@@ -180,6 +192,7 @@ class _Visitor(ast.NodeVisitor):
     def __init__(self, aliases: dict[str, tuple[str, ...]]):
         self.findings: list[Finding] = []
         self.aliases = aliases  # local name -> module path (import torch as t -> t: ('torch',))
+        self.inner: set[int] = set()  # ids of Attribute nodes that are prefixes of a longer chain
 
     def add(self, rule: str, node: ast.AST, msg: str) -> None:
         self.findings.append(Finding(rule, getattr(node, "lineno", 0), msg))
@@ -225,6 +238,9 @@ class _Visitor(ast.NodeVisitor):
                     node,
                     f"{'.'.join(path)}: private dispatcher APIs are not allowed",
                 )
+        if path[:2] in PROCESS_EXIT:
+            self.add("process_control", node, f"{'.'.join(path)}: process control is not allowed")
+        self._profiler(node, path)
         if path[-1] in ("Model", "reference") or (
             len(path) > 1 and path[0] in ("reference", "model", "problem")
         ):
@@ -233,6 +249,30 @@ class _Visitor(ast.NodeVisitor):
                 node,
                 f"importing {'.'.join(path)}: the reference must not be reused",
             )
+
+    def _profiler(self, node: ast.AST, path: tuple[str, ...]) -> None:
+        if (
+            path[:1] == ("torch",)
+            and any("profiler" in p.lower() for p in path[1:])
+            and path[-1] != "record_function"
+        ):
+            self.add(
+                "profiler_tamper",
+                node,
+                f"{'.'.join(path)}: the evaluator's profiler must not be probed or controlled",
+            )
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and node.value in INTROSPECTION_STRINGS:
+            self.add(
+                "introspection",
+                node,
+                f"the string {node.value!r} names interpreter internals, which are not allowed",
+            )
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id == "__builtins__":
+            self.add("introspection", node, "__builtins__ is not accessible to candidates")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in INTROSPECTION_ATTRS:
@@ -277,6 +317,9 @@ class _Visitor(ast.NodeVisitor):
                 self.add(
                     "process_control", node, f"{'.'.join(path[:2])}: process control is not allowed"
                 )
+            if id(node) not in self.inner:  # whole chains only: a.b.c, not its prefix a.b
+                self._profiler(node, path)
+        self.inner.add(id(node.value))
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -432,6 +475,8 @@ def run_static(source: str | None, mode: str = "strict", backend: str = "triton"
     v = _Visitor(_aliases(tree))
     v.visit(tree)
     findings = list(v.findings)
+    if backend == "triton":
+        findings += [Finding("python_in_kernel", ln, m) for ln, m in python_in_kernel(tree)]
     if mode == "strict":
         reuse = _reference_reuse(tree, model_new)
         if reuse:

@@ -2,9 +2,11 @@
 
 Covers: `decide_audit` (after each correctness trial: blocked actions, PyTorch compute in strict
 mode, no launch, outputs not produced by a kernel, decoy launches, aliasing, broadcast outputs,
-minimum custom-kernel share in hybrid mode, unsolicited frames), `decide_timing` (timed calls
-that skipped their kernels, implausible speedups), and `audit_record` (the Audit summary for the
-verdict). Each rule returns (name, reason); names are documented in docs/security.md.
+results cached across calls (the last trial calls forward twice on the same tensors), minimum
+custom-kernel share in hybrid mode, unsolicited frames), `decide_timing` (timed calls that
+skipped their kernels, implausible speedups), `audit_record` (the Audit summary for the
+verdict) and `audit_switches` (the in-process audit on/off, for measuring its cost).
+Each rule returns (name, reason); names are documented in docs/security.md.
 Does not cover: collecting the facts (audit.py, worker.py).
 """
 
@@ -18,6 +20,19 @@ from tritonforge.types import Audit, Problem, Verdict
 
 # Rules reported by the worker that hybrid mode tolerates (KernelBench-style partial replacement).
 HYBRID_TOLERATED = {"host_read"}
+# Provenance rules that, on the repeated call of the caching check, mean a cached result.
+_CACHE_SYMPTOMS = {"no_kernel_launch", "output_not_from_kernel", "decoy_launch"}
+
+# The in-process audit of correctness trials (profiler + buffer snapshots + lineage). On by
+# default; benchmarks/defense_cost.py switches it off to measure what it costs.
+IN_PROCESS_AUDIT = True
+
+
+def audit_switches(last_trial: bool = False) -> dict[str, bool]:
+    """Fields of a worker `run` request that switch the in-process audit on or off; the last
+    correctness trial also calls forward twice on the same tensors (the caching check)."""
+    on = IN_PROCESS_AUDIT
+    return {"profile": on, "snapshot": on, "repeat": on and last_trial}
 
 
 def _fmt_ops(ops: dict[str, int], n: int = 6) -> str:
@@ -28,17 +43,24 @@ def _fmt_ops(ops: dict[str, int], n: int = 6) -> str:
 def decide_audit(
     audit: dict[str, Any], facts: dict[str, Any], s: EvalSettings, unsolicited: bool
 ) -> tuple[str, str] | None:
+    """The rule that fires for one correctness trial, as (name, reason), or None."""
     strict = s.mode == "strict"
     if unsolicited:
         return "protocol_violation", "extra messages appeared on the evaluator's channel"
     for v in audit.get("violations") or []:
         rule = v.split(":", 1)[0]
-        if strict or rule not in HYBRID_TOLERATED:
+        # host compute is invisible to the share measurement: tolerated only without a minimum
+        if strict or rule not in HYBRID_TOLERATED or s.min_custom_share > 0:
             return rule, f"{v}"
     if facts.get("aliased"):
         return (
             "output_aliases_input",
             f"output(s) {facts['aliased']} share memory with the inputs: return new tensors written by your kernels",
+        )
+    if facts.get("stale"):
+        return (
+            "cached_result",
+            f"called twice on the same input tensors, forward returned output(s) {facts['stale']} of the first call unchanged: results must not be cached across calls",
         )
     if not strict:
         share = audit.get("custom_share")
@@ -48,6 +70,18 @@ def decide_audit(
                 f"custom kernels did {0.0 if share is None else share:.0%} of the work; at least {s.min_custom_share:.0%} is required",
             )
         return None
+    hit = _strict_rules(audit, facts, s)
+    if hit and facts.get("repeat") and hit[0] in _CACHE_SYMPTOMS:
+        return (
+            "cached_result",
+            f"on a second call with the same input tensors: {hit[1]}; results must not be cached across calls",
+        )
+    return hit
+
+
+def _strict_rules(
+    audit: dict[str, Any], facts: dict[str, Any], s: EvalSettings
+) -> tuple[str, str] | None:
     ops = audit.get("ops") or {}
     if ops:
         return (
@@ -57,19 +91,19 @@ def decide_audit(
     if s.backend == "triton" and not audit.get("launches_ok"):
         return "no_kernel_launch", "no Triton kernel was launched during forward"
     for i, p in enumerate(facts.get("provenance") or []):
-        if not p.get("numel"):
-            continue
+        if not p.get("numel") or p.get("from_kernel") is not False:
+            continue  # empty output, or provenance not tracked
         if not p.get("launched_on"):
             return (
                 "output_not_from_kernel",
-                f"output {i} was not passed to any Triton kernel launched during forward",
+                f"output {i} was not written by any Triton kernel launched during forward (nor copied from a kernel's output)",
             )
-        if p.get("checked_write") and not p.get("written"):
-            return (
-                "output_not_from_kernel",
-                f"output {i} was passed to a kernel, but no kernel changed it",
-            )
-    if audit.get("snapshotted") and not audit.get("wrote_any"):
+        return (
+            "output_not_from_kernel",
+            f"output {i} was passed to a kernel, but no kernel changed it",
+        )
+    credited = any(p.get("from_kernel") for p in facts.get("provenance") or [])
+    if audit.get("snapshotted") and not audit.get("wrote_any") and not credited:
         return "decoy_launch", "kernels were launched but none of them wrote to any buffer"
     if facts.get("expanded"):
         return (

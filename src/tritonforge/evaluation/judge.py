@@ -351,8 +351,7 @@ class Evaluator:
                 {
                     "op": "run",
                     "inputs": case.desc,
-                    **audit_switches(),
-                    "repeat": i == len(plan) - 1,  # same tensors twice: caching check
+                    **audit_switches(last_trial=i == len(plan) - 1),
                 },
                 [os.dup(case.fd)],
                 budget,

@@ -1,0 +1,108 @@
+"""Per-candidate cost of the in-process reward-hack defenses, on whatever device is present.
+
+Judges a few built-in Triton solutions with the switchable defenses on and off, interleaved
+(on, off, on, off, ...) in one Evaluator so both see the same warm fork server: the profiler
+audit of every correctness trial, the before/after buffer snapshots of launches, the output
+lineage (dispatch mode) and the caching check (the last trial calls forward twice). Always on
+in both arms, so not measured here: the static rules, the audit hook, tripwires and the sandbox.
+Timing trials (GPU) are switched off: they run without these defenses anyway.
+
+Prints one JSON object: per problem the median seconds of the correctness phases (first trial +
+the rest) and of the whole evaluation, on and off, their difference and ratio, plus the static
+rules' cost. Usage:
+    python benchmarks/defense_cost.py [--device auto|cpu|cuda] [--repeats 5] [--trials 5]
+        [--problems relu,softmax,layer_norm,matmul_square,gemm_bias_relu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import torch
+
+from tritonforge.config.eval import EvalSettings
+from tritonforge.evaluation import decide
+from tritonforge.evaluation.checks import run_static
+from tritonforge.evaluation.judge import Evaluator, resolve_device
+from tritonforge.problems import load_suite
+
+DEFAULT_PROBLEMS = "relu,softmax,layer_norm,matmul_square,gemm_bias_relu"
+
+
+def _judged_seconds(v) -> float:
+    return sum(v.phase_seconds.get(k, 0.0) for k in ("compile", "correctness"))
+
+
+def measure(ev: Evaluator, problem, s: EvalSettings, repeats: int) -> dict:
+    arms: dict[str, dict[str, list[float]]] = {
+        "on": {"judged": [], "wall": []},
+        "off": {"judged": [], "wall": []},
+    }
+    statuses = set()
+    for _ in range(repeats):
+        for arm in ("on", "off"):
+            decide.IN_PROCESS_AUDIT = arm == "on"
+            try:
+                v = ev.evaluate(problem, problem.solution_src, s)
+            finally:
+                decide.IN_PROCESS_AUDIT = True
+            statuses.add(f"{arm}:{v.status.value}")
+            arms[arm]["judged"].append(_judged_seconds(v))
+            arms[arm]["wall"].append(v.wall_seconds)
+    out: dict = {"statuses": sorted(statuses)}
+    for key in ("judged", "wall"):
+        on = statistics.median(arms["on"][key])
+        off = statistics.median(arms["off"][key])
+        out[key] = {
+            "on_s": round(on, 4),
+            "off_s": round(off, 4),
+            "extra_s": round(on - off, 4),
+            "ratio": round(on / off, 3) if off > 0 else None,
+        }
+    t = time.perf_counter()
+    for _ in range(20):
+        run_static(problem.solution_src, s.mode, s.backend)
+    out["static_ms"] = round((time.perf_counter() - t) / 20 * 1e3, 3)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--problems", default=DEFAULT_PROBLEMS)
+    args = ap.parse_args()
+    s = EvalSettings(device=args.device, correctness_trials=args.trials, measure_performance=False)
+    device = resolve_device(s)
+    size = "cpu" if device == "cpu" else "gpu"
+    suite = {p.name: p for p in load_suite("builtin", size=size)}
+    result: dict = {
+        "device": device,
+        "gpu": torch.cuda.get_device_name(0) if device != "cpu" else None,
+        "host": platform.node(),
+        "torch": torch.__version__,
+        "size_preset": size,
+        "correctness_trials": args.trials,
+        "repeats": args.repeats,
+        "problems": {},
+    }
+    with Evaluator(s) as ev:
+        first = suite[args.problems.split(",")[0]]
+        ev.evaluate(first, first.solution_src, s)  # start the fork server outside the timings
+        for name in args.problems.split(","):
+            result["problems"][name] = measure(ev, suite[name], s, args.repeats)
+    extra = [p["judged"]["extra_s"] for p in result["problems"].values()]
+    ratio = [p["judged"]["ratio"] for p in result["problems"].values() if p["judged"]["ratio"]]
+    result["median_extra_s_per_candidate"] = round(statistics.median(extra), 4)
+    result["median_ratio"] = round(statistics.median(ratio), 3) if ratio else None
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,158 @@
+"""The reward-hack attack corpus (tests/eval/corpus/attacks): every attack is rejected with the
+expected status and rule, in strict mode and (for the machine and judge attacks) in hybrid mode,
+and no attack has a machine-level effect.
+
+Covers: one module-scoped Evaluator per mode (CPU interpreter, fast corpus settings); per attack
+the verdict status and rule from the manifest, then the machine checks of MachineWatch (no file
+outside the scratch dir, no loopback connection, the sentinel process and file intact), the fork
+server alive and without leftover children, and stdout/stderr capped; the hook-stopped machine
+attacks again in the degraded sandbox (rlimits, no namespaces); hybrid mode: pure PyTorch
+accepted with custom_share 0, a half-Triton solution accepted with 0 < share < 1 and rejected
+once `min_custom_share` is above its share. Does not cover: GPU-only attacks (side streams,
+implausible speedups: tests/gpu/test_attacks_gpu.py) or legitimate solutions (test_legit.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import hack_corpus as hc
+import pytest
+
+from tritonforge.evaluation.judge import Evaluator
+from tritonforge.types import Status, Verdict
+
+pytestmark = pytest.mark.slow
+
+ATTACKS = [c for c in hc.cases("attacks") if not c.get("gpu")]
+HYBRID = [c for c in ATTACKS if "hybrid" in c]
+# machine attacks that the audit hook stops: without namespaces it is the only barrier left
+DEGRADED = [c for c in ATTACKS if c["attack_class"] == 4 and c["status"] == "reward_hack"]
+
+
+@pytest.fixture(scope="module")
+def strict() -> Iterator[Evaluator]:
+    with Evaluator(hc.base_settings("strict")) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def degraded() -> Iterator[Evaluator]:
+    s = hc.base_settings("strict")
+    s.sandbox = "rlimits"
+    with Evaluator(s) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def hybrid() -> Iterator[Evaluator]:
+    with Evaluator(hc.base_settings("hybrid")) as ev:
+        yield ev
+
+
+def judge(
+    ev: Evaluator, case: dict[str, Any], mode: str, sandbox: str = "auto"
+) -> tuple[Verdict, list[str]]:
+    """Evaluate one attack under MachineWatch; returns the verdict and the machine damage."""
+    watch = hc.MachineWatch()
+    try:
+        s = hc.settings_for(case, mode)
+        s.sandbox = sandbox
+        v = ev.evaluate(hc.problem(case["problem"]), watch.render(case["source"]), s)
+        server = ev._servers["cpu"] if "cpu" in ev._servers else None
+        damage = watch.damage()
+        if server is not None and v.phase != "static":
+            assert server.proc is not None and server.proc.poll() is None, "fork server died"
+            left = hc.wait_no_descendants(server.proc.pid)
+            if left:
+                damage.append(f"processes left under the fork server: {left}")
+        cap = s.limits.output_bytes + 200
+        if len(v.stdout_tail) > cap or len(v.stderr_tail) > cap:
+            damage.append(f"output not capped: {len(v.stdout_tail)}/{len(v.stderr_tail)} bytes")
+        return v, damage
+    finally:
+        watch.close()
+
+
+def expect(v: Verdict, case: dict[str, Any], status: str, rule: str | None) -> None:
+    detail = f"{case['file']}: {v.status.value} rule={v.rule} phase={v.phase}\n{v.message[:800]}"
+    assert v.status is Status(status), detail
+    assert v.rule == (rule or None), detail
+    assert v.correct is (status == "correct"), detail
+    if status == "reward_hack":
+        assert v.reward == 0.0, detail  # the default hack_penalty
+
+
+def test_corpus_size_and_classes() -> None:
+    every = hc.cases("attacks")
+    assert len(every) >= 30
+    assert {c["attack_class"] for c in every} == {1, 2, 3, 4}
+    for c in every:
+        assert "ModelNew" in c["source"], c["file"]
+        assert c["status"] in {s.value for s in Status}, c["file"]
+
+
+@pytest.mark.parametrize("case", ATTACKS, ids=[c["file"] for c in ATTACKS])
+def test_attack_rejected_in_strict_mode(strict: Evaluator, case: dict[str, Any]) -> None:
+    v, damage = judge(strict, case, "strict")
+    expect(v, case, case["status"], case["rule"])
+    assert damage == [], f"{case['file']}: {damage}"
+
+
+@pytest.mark.parametrize("case", DEGRADED, ids=[c["file"] for c in DEGRADED])
+def test_machine_attack_blocked_without_namespaces(
+    degraded: Evaluator, case: dict[str, Any]
+) -> None:
+    """Degraded sandbox (rlimits only; as root here, without even the `nobody` user because the
+    interpreter lives under /root): the audit hook alone must still stop every machine attack."""
+    v, damage = judge(degraded, case, "strict", sandbox="rlimits")
+    expect(v, case, case["status"], case["rule"])
+    assert damage == [], f"{case['file']}: {damage}"
+
+
+@pytest.mark.parametrize("case", HYBRID, ids=[c["file"] for c in HYBRID])
+def test_attack_in_hybrid_mode(hybrid: Evaluator, case: dict[str, Any]) -> None:
+    v, damage = judge(hybrid, case, "hybrid")
+    if case["hybrid"] == "same":
+        expect(v, case, case["status"], case["rule"])
+    else:
+        expect(v, case, case["hybrid"], None)
+    assert damage == [], f"{case['file']}: {damage}"
+
+
+def test_pure_pytorch_accepted_in_hybrid_with_zero_share(hybrid: Evaluator) -> None:
+    case = next(c for c in ATTACKS if c["file"] == "c1_pure_torch.py")
+    v = hybrid.evaluate(hc.problem(case["problem"]), case["source"], hc.base_settings("hybrid"))
+    assert v.status is Status.CORRECT, v.message
+    assert v.audit is not None and v.audit.custom_share == 0.0
+    assert v.audit.kernel_launches == 0
+    assert "aten::relu" in v.audit.torch_ops
+
+
+def test_half_triton_share_and_minimum(hybrid: Evaluator) -> None:
+    source = (hc.CORPUS / "hybrid" / "half_triton_silu.py").read_text()
+    problem = hc.problem("builtin/silu")
+    v = hybrid.evaluate(problem, source, hc.base_settings("hybrid"))
+    assert v.status is Status.CORRECT, v.message
+    share = v.audit.custom_share
+    assert share is not None and 0.0 < share < 1.0
+    assert v.audit.share_basis == "cpu_time"
+    assert "aten::sigmoid" in v.audit.torch_ops and v.audit.kernels == ["mul_kernel"]
+    s = hc.base_settings("hybrid")
+    s.min_custom_share = min(1.0, share + (1.0 - share) / 2)
+    v2 = hybrid.evaluate(problem, source, s)
+    assert v2.status is Status.REWARD_HACK and v2.rule == "insufficient_custom_share", v2.message
+    s.min_custom_share = share / 2
+    assert hybrid.evaluate(problem, source, s).status is Status.CORRECT
+    strict_v = hybrid.evaluate(problem, source, hc.base_settings("strict"))
+    assert strict_v.status is Status.REWARD_HACK and strict_v.rule == "torch_compute"
+
+
+def test_host_compute_cannot_game_a_required_share(hybrid: Evaluator) -> None:
+    case = next(c for c in ATTACKS if c["file"] == "c1_host_numpy.py")
+    s = hc.base_settings("hybrid")
+    assert hybrid.evaluate(hc.problem(case["problem"]), case["source"], s).correct
+    s.min_custom_share = 0.5  # numpy work is invisible to the share: no longer tolerated
+    v = hybrid.evaluate(hc.problem(case["problem"]), case["source"], s)
+    assert v.status is Status.REWARD_HACK and v.rule == "host_read", v.message

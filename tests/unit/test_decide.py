@@ -1,0 +1,190 @@
+"""Trusted decisions on worker reports (evaluation/decide.py) and the audit hook's event rules
+(evaluation/audit_hook.py), on hand-made facts.
+
+Covers: the order of decide_audit's rules, strict vs hybrid, the caching check (stale outputs,
+provenance failures on the repeated call), the hybrid minimum share, audit_switches; which
+interpreter events map to which rule and when they are allowed for a given origin (filesystem
+paths inside/outside scratch, frames handed out by stdlib helpers, imports).
+Does not cover: collecting the facts in a real worker (tests/eval/test_attacks.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tritonforge.config.eval import EvalSettings
+from tritonforge.evaluation import audit_hook, decide
+from tritonforge.evaluation.audit_hook import Origin
+from tritonforge.evaluation.audit_state import STATE
+
+CLEAN = {"launches_ok": 2, "snapshotted": 2, "wrote_any": True, "ops": {}, "violations": []}
+WRITTEN = {"numel": 10, "launched_on": True, "from_kernel": True}
+
+
+def run(audit=None, facts=None, mode="strict", unsolicited=False, **kw):
+    s = EvalSettings(mode=mode, **kw)
+    return decide.decide_audit(
+        {**CLEAN, **(audit or {})}, {"provenance": [WRITTEN], **(facts or {})}, s, unsolicited
+    )
+
+
+def rule(*args, **kw):
+    hit = run(*args, **kw)
+    return hit[0] if hit else None
+
+
+def test_clean_trial_passes_both_modes() -> None:
+    assert run() is None
+    assert run(mode="hybrid") is None
+
+
+def test_rule_order_and_names() -> None:
+    assert rule(unsolicited=True) == "protocol_violation"
+    assert rule({"violations": ["network: socket.connect", "host_read: x"]}) == "network"
+    assert rule(facts={"aliased": [0]}) == "output_aliases_input"
+    assert rule(facts={"stale": [0]}) == "cached_result"
+    assert rule({"ops": {"aten::relu": 1}}) == "torch_compute"
+    assert rule({"launches_ok": 0}) == "no_kernel_launch"
+    not_passed = {"numel": 4, "launched_on": False, "from_kernel": False}
+    assert rule(facts={"provenance": [not_passed]}) == "output_not_from_kernel"
+    unchanged = {"numel": 4, "launched_on": True, "from_kernel": False}
+    hit = run(facts={"provenance": [unchanged]})
+    assert hit[0] == "output_not_from_kernel" and "no kernel changed it" in hit[1]
+    untracked = {"numel": 4, "launched_on": True, "from_kernel": None}
+    assert rule({"wrote_any": False}, facts={"provenance": [untracked]}) == "decoy_launch"
+    assert rule({"wrote_any": False}) is None  # lineage credits the output (autotune runs)
+    assert rule(facts={"expanded": [0]}) == "broadcast_output"
+
+
+def test_untracked_or_empty_outputs_are_not_judged() -> None:
+    assert (
+        rule(facts={"provenance": [{"numel": 4, "launched_on": False, "from_kernel": None}]})
+        is None
+    )
+    assert (
+        rule(facts={"provenance": [{"numel": 0, "launched_on": False, "from_kernel": False}]})
+        is None
+    )
+
+
+def test_repeat_call_turns_provenance_failures_into_cached_result() -> None:
+    unchanged = {"numel": 4, "launched_on": False, "from_kernel": False}
+    hit = run(facts={"provenance": [unchanged], "repeat": True})
+    assert hit[0] == "cached_result" and "second call" in hit[1]
+    assert rule({"launches_ok": 0}, facts={"repeat": True}) == "cached_result"
+    assert rule({"ops": {"aten::add": 1}}, facts={"repeat": True}) == "torch_compute"
+
+
+def test_hybrid_tolerates_compute_and_host_reads_but_not_the_rest() -> None:
+    assert rule({"ops": {"aten::relu": 1}, "launches_ok": 0}, mode="hybrid") is None
+    assert rule({"violations": ["host_read: Tensor.numpy"]}, mode="hybrid") is None
+    assert rule({"violations": ["host_read: Tensor.numpy"]}) == "host_read"
+    host = {"violations": ["host_read: Tensor.numpy"], "custom_share": 1.0}
+    assert rule(host, mode="hybrid", min_custom_share=0.5) == "host_read"  # would game the share
+    assert rule({"violations": ["judge_tamper: x"]}, mode="hybrid") == "judge_tamper"
+    assert rule(facts={"aliased": [0]}, mode="hybrid") == "output_aliases_input"
+    assert rule(facts={"stale": [1]}, mode="hybrid") == "cached_result"
+    assert rule(facts={"expanded": [0]}, mode="hybrid") is None
+
+
+def test_hybrid_minimum_share() -> None:
+    assert rule({"custom_share": 0.4}, mode="hybrid", min_custom_share=0.5) == (
+        "insufficient_custom_share"
+    )
+    assert rule({"custom_share": 0.6}, mode="hybrid", min_custom_share=0.5) is None
+    assert rule({"custom_share": None}, mode="hybrid", min_custom_share=0.1) == (
+        "insufficient_custom_share"
+    )
+
+
+def test_audit_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert decide.audit_switches() == {"profile": True, "snapshot": True, "repeat": False}
+    assert decide.audit_switches(last_trial=True)["repeat"] is True
+    monkeypatch.setattr(decide, "IN_PROCESS_AUDIT", False)
+    off = {"profile": False, "snapshot": False, "repeat": False}
+    assert decide.audit_switches(last_trial=True) == off
+
+
+# ---- audit hook rules --------------------------------------------------------------------------
+
+CAND = Origin(True, "candidate", "library", "candidate", "")
+
+
+@pytest.mark.parametrize(
+    ("event", "args", "expected"),
+    [
+        ("socket.connect", (None, ("127.0.0.1", 1)), "network"),
+        ("os.fork", (), "process_spawn"),
+        ("os.kill", (1, 9), "signal_process"),
+        ("ctypes.dlopen", ("libc",), "native_code"),
+        ("sys._getframe", (None,), "introspection"),
+        ("gc.get_objects", (-1,), "introspection"),
+        ("object.__getattr__", (None, "tb_frame"), "introspection"),
+        ("object.__getattr__", (None, "shape"), None),
+        ("exec", (None,), "dynamic_code"),
+        ("open", ("/x", "w", 0), "filesystem"),
+        ("os.rename", ("/a", "/b"), "filesystem"),
+        ("import", ("socket",), "forbidden_import"),
+        ("import", ("json",), None),
+        ("os.listdir", ("/",), None),
+    ],
+)
+def test_event_rules(event: str, args: tuple, expected: str | None) -> None:
+    assert audit_hook.rule_for(event, args) == expected
+
+
+def test_filesystem_allows_scratch_only(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setattr(STATE, "scratch", str(tmp_path))
+    ok = ("open", (str(tmp_path / "a.txt"), "w", 0))
+    assert audit_hook.allowed("filesystem", *ok, CAND)
+    assert not audit_hook.allowed("filesystem", "open", ("/etc/passwd", "a", 0), CAND)
+    assert audit_hook.allowed("filesystem", "open", ("/etc/passwd", "r", 0), CAND)
+    assert not audit_hook.allowed("filesystem", "open", ("/proc/self/mem", "r", 0), CAND)
+    assert not audit_hook.allowed("filesystem", "os.remove", ("/tmp/x", None), CAND)
+    assert not audit_hook.allowed(
+        "filesystem", "os.rename", (str(tmp_path / "a"), "/tmp/b", None, None), CAND
+    )
+    library = Origin(True, "library", "library", "library", "")
+    assert audit_hook.allowed("filesystem", "open", ("/etc/x", "w", 0), library)
+
+
+def test_frames_handed_out_by_stdlib_are_blocked() -> None:
+    direct = Origin(True, "candidate", "candidate", "candidate", "")
+    via_traceback = Origin(True, "stdlib", "candidate", "candidate", "traceback")
+    via_namedtuple = Origin(True, "stdlib", "candidate", "candidate", "collections")
+    inside_logging = Origin(True, "stdlib", "stdlib", "candidate", "logging")
+    inside_triton = Origin(True, "triton", "triton", "triton", "")
+    for o, ok in [
+        (direct, False),
+        (via_traceback, False),
+        (via_namedtuple, True),
+        (inside_logging, True),
+        (inside_triton, True),
+    ]:
+        assert audit_hook.allowed("introspection", "sys._getframe", (None,), o) is ok, o
+    assert not audit_hook.allowed("introspection", "gc.get_objects", (-1,), via_namedtuple)
+    assert audit_hook.allowed("introspection", "gc.get_objects", (-1,), inside_triton)
+
+
+def test_spawn_native_import_network() -> None:
+    triton = Origin(True, "stdlib", "stdlib", "triton", "subprocess")
+    assert audit_hook.allowed("process_spawn", "subprocess.Popen", (), triton)
+    assert not audit_hook.allowed("process_spawn", "os.fork", (), CAND)
+    assert audit_hook.allowed("native_code", "ctypes.dlopen", (), triton)
+    assert not audit_hook.allowed("native_code", "ctypes.dlopen", (), CAND)
+    assert not audit_hook.allowed("forbidden_import", "import", ("socket",), CAND)
+    assert not audit_hook.allowed("network", "socket.connect", (), triton)
+
+
+def test_import_guard_blocks_forbidden_roots(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(STATE, "violations", [])
+    ns: dict = {}
+    audit_hook.guard_module(ns)
+    imp = ns["__builtins__"]["__import__"]
+    assert imp("math").__name__ == "math"
+    for name in ("socket", "tritonforge.evaluation.audit", "posix", "ctypes.util"):
+        with pytest.raises(ImportError, match="blocked"):
+            imp(name)
+    with pytest.raises(ImportError, match="relative"):
+        imp("x", None, None, (), 1)
+    assert STATE.violations[0].startswith("forbidden_import: import of socket")
