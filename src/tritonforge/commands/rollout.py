@@ -13,9 +13,17 @@ from tritonforge.config.rollout import RolloutConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rollout", help="collect trajectories with a model and the evaluator", description=__doc__)
+    p = sub.add_parser(
+        "rollout", help="collect trajectories with a model and the evaluator", description=__doc__
+    )
     p.add_argument("--config", help="RolloutConfig TOML")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. --set agent.max_turns=2")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override, e.g. --set agent.max_turns=2",
+    )
     p.set_defaults(func=run)
 
 

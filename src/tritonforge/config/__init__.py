@@ -19,7 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ConfigError", "Section", "load_config", "parse_override", "save_config"]
+__all__ = ["ConfigError", "Section", "load_config", "parse_override", "save_config", "with_overrides"]
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -59,17 +59,32 @@ def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
+def _merge(into: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    for k, v in new.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
+    return into
+
+
 def load_config(
-    model: type[T], path: str | Path | None = None, overrides: list[str] | None = None
+    model: type[T],
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    base: T | None = None,
 ) -> T:
-    """Build `model` from an optional TOML file plus overrides; raise ConfigError with the key."""
-    tree: dict[str, Any] = {}
+    """Build `model` from an optional TOML file plus overrides; raise ConfigError with the key.
+
+    With `base`, the file and overrides apply on top of that instance (so a command's tuned
+    defaults survive a partial override of a nested section)."""
+    tree: dict[str, Any] = base.model_dump(mode="json") if base is not None else {}
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
         try:
-            tree = tomllib.loads(p.read_text())
+            tree = _merge(tree, tomllib.loads(p.read_text()))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
     for item in overrides or []:
@@ -91,3 +106,15 @@ def save_config(config: BaseModel, path: str | Path) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
     return p
+
+
+def with_overrides(config: T, overrides: list[str]) -> T:
+    """A copy of `config` with dotted `key=value` overrides applied and validated."""
+    tree = config.model_dump(mode="json")
+    for item in overrides:
+        keys, value = parse_override(item)
+        _set_path(tree, keys, value)
+    try:
+        return type(config).model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid overrides {overrides}: {exc}") from None

@@ -1,7 +1,8 @@
 """Configuration of an RL run (`tritonforge train`): rollouts + trainer + schedule + evaluation.
 
 Covers: `ScheduleConfig`, `EvalPassConfig`, `TrainRunConfig`. Torch-free. The rollout pieces are
-the same sections as `tritonforge rollout` (config.rollout), the trainer is config.train's.
+the same sections as `tritonforge rollout` (config.rollout), the trainer is config.train's, the
+Ray layout (`scale`, used only with `scale.enabled` / `train --ray`) is config.scale's.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pydantic import Field
 
 from tritonforge.config import Section
 from tritonforge.config.rollout import EvalBackendConfig, ProblemsConfig
+from tritonforge.config.scale import ScaleConfig
 from tritonforge.config.train import TrainerConfig
 from tritonforge.rollout.agent import AgentConfig
 from tritonforge.rollout.buffer import BufferConfig
@@ -58,3 +60,6 @@ class TrainRunConfig(Section):
     buffer: BufferConfig = Field(default_factory=BufferConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     evaluate: EvalPassConfig = Field(default_factory=EvalPassConfig)
+    scale: ScaleConfig = Field(
+        default_factory=ScaleConfig, description="Ray: actors, placement (enabled: train --ray)"
+    )

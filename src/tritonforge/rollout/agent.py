@@ -34,7 +34,8 @@ class AgentConfig(Section):
 
     max_turns: int = Field(3, ge=1, description="assistant turns per episode")
     early_stop: Literal["correct", "never", "speedup"] = Field(
-        "correct", description="stop when correct; never; or when correct with speedup >= stop_speedup"
+        "correct",
+        description="stop when correct; never; or when correct with speedup >= stop_speedup",
     )
     stop_speedup: float = Field(1.5, description="early_stop=speedup: threshold")
     max_context_tokens: int = Field(8192, ge=64, description="stop before a turn would exceed this")
@@ -62,7 +63,9 @@ class ChatFrame:
 
     def feedback_ids(self, response_ids: list[int], feedback: str) -> list[int]:
         """Tokens to append after `response_ids` for a user turn carrying `feedback`."""
-        delta = continuation_ids(self.tok, list(self._HISTORY), [{"role": "user", "content": feedback}], self.eot)
+        delta = continuation_ids(
+            self.tok, list(self._HISTORY), [{"role": "user", "content": feedback}], self.eot
+        )
         close = [] if response_ids and response_ids[-1] == self.eot else [self.eot]
         return close + delta
 
@@ -96,7 +99,15 @@ class Agent:
 
     def _start(self, problem: Problem, sample_index: int, group_id: str) -> _Episode:
         prompt = render(self.tok, self.task.initial_messages(problem), add_generation_prompt=True)
-        return _Episode(problem, sample_index, group_id, list(prompt), list(prompt), [0] * len(prompt), [0.0] * len(prompt))
+        return _Episode(
+            problem,
+            sample_index,
+            group_id,
+            list(prompt),
+            list(prompt),
+            [0] * len(prompt),
+            [0.0] * len(prompt),
+        )
 
     def _stop(self, v) -> bool:
         if self.cfg.early_stop == "never" or v is None or v.status is not Status.CORRECT:
@@ -125,7 +136,12 @@ class Agent:
             texts = [self.tok.decode(g.token_ids, skip_special_tokens=True) for g in gens]
             extracted = [self.task.extract(x) for x in texts]
             ok = [g.status in (GenStatus.OK, GenStatus.LENGTH) and g.token_ids for g in gens]
-            verdicts = await asyncio.gather(*[self.task.judge(e.problem, x) if good else _none() for e, x, good in zip(live, extracted, ok)])
+            verdicts = await asyncio.gather(
+                *[
+                    self.task.judge(e.problem, x) if good else _none()
+                    for e, x, good in zip(live, extracted, ok)
+                ]
+            )
             for e, g, text, x, v, good in zip(live, gens, texts, extracted, verdicts, ok):
                 if not good:  # failure is data: no fake assistant turn, the episode ends here
                     e.done = True
@@ -133,7 +149,17 @@ class Agent:
                     if not e.turns:
                         e.status = "generation_failed"
                     continue
-                turn = Turn(index=t, prompt_len=len(e.context), response_ids=list(g.token_ids), response_logprobs=list(g.logprobs), response_text=text, code=x.code, finish_reason=g.finish_reason, verdict=v, reward=float(v.reward) if v is not None else 0.0)
+                turn = Turn(
+                    index=t,
+                    prompt_len=len(e.context),
+                    response_ids=list(g.token_ids),
+                    response_logprobs=list(g.logprobs),
+                    response_text=text,
+                    code=x.code,
+                    finish_reason=g.finish_reason,
+                    verdict=v,
+                    reward=float(v.reward) if v is not None else 0.0,
+                )
                 e.context += turn.response_ids
                 e.mask += [1] * len(turn.response_ids)
                 e.logps += turn.response_logprobs
@@ -152,11 +178,27 @@ class Agent:
         return [self._finish(e, version) for e in eps]
 
     def _finish(self, e: _Episode, version: int) -> Trajectory:
-        traj = Trajectory(problem_id=e.problem.id, sample_index=e.sample_index, group_id=e.group_id, policy_version=version, prompt_ids=e.prompt_ids, token_ids=e.context, loss_mask=e.mask, rollout_logprobs=e.logps, turns=e.turns, status=e.status, meta=e.meta)
+        traj = Trajectory(
+            problem_id=e.problem.id,
+            sample_index=e.sample_index,
+            group_id=e.group_id,
+            policy_version=version,
+            prompt_ids=e.prompt_ids,
+            token_ids=e.context,
+            loss_mask=e.mask,
+            rollout_logprobs=e.logps,
+            turns=e.turns,
+            status=e.status,
+            meta=e.meta,
+        )
         # a trailing feedback turn is never generated from: drop it so the stream ends on model tokens
         if traj.turns and traj.turns[-1].feedback_ids:
             n = len(traj.turns[-1].feedback_ids)
-            traj.token_ids, traj.loss_mask, traj.rollout_logprobs = traj.token_ids[:-n], traj.loss_mask[:-n], traj.rollout_logprobs[:-n]
+            traj.token_ids, traj.loss_mask, traj.rollout_logprobs = (
+                traj.token_ids[:-n],
+                traj.loss_mask[:-n],
+                traj.rollout_logprobs[:-n],
+            )
             traj.turns[-1].feedback_ids, traj.turns[-1].feedback_text = [], ""
         if traj.turns:
             apply_returns(traj, self.cfg.returns)

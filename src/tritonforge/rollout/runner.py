@@ -36,7 +36,13 @@ def load_problems(cfg: ProblemsConfig) -> list[Problem]:
         kwargs["size"] = cfg.size
     if cfg.source:
         kwargs["source"] = cfg.source
-    probs = select(load_suite(cfg.suite, **kwargs), level=cfg.level, name=cfg.name, category=cfg.category, ids=cfg.ids or None)
+    probs = select(
+        load_suite(cfg.suite, **kwargs),
+        level=cfg.level,
+        name=cfg.name,
+        category=cfg.category,
+        ids=cfg.ids or None,
+    )
     if not probs:
         raise ValueError(f"no problems match {cfg.model_dump(exclude_none=True)}")
     return probs[: cfg.limit] if cfg.limit else probs
@@ -53,12 +59,27 @@ def build_eval_backend(cfg: EvalBackendConfig) -> EvalBackend:
     return LocalBackend(Evaluator(cfg.settings), concurrency=cfg.concurrency)
 
 
-def build_agent(engine: Engine, tokenizer: Any, task_cfg: TaskConfig, agent_cfg: AgentConfig, backend: EvalBackend, eval_cfg: EvalBackendConfig) -> Agent:
+def build_agent(
+    engine: Engine,
+    tokenizer: Any,
+    task_cfg: TaskConfig,
+    agent_cfg: AgentConfig,
+    backend: EvalBackend,
+    eval_cfg: EvalBackendConfig,
+) -> Agent:
     task = build_task(task_cfg, backend, eval_cfg.settings)
     return Agent(engine, tokenizer, task, agent_cfg)
 
 
-async def collect(agent: Agent, problems: list[Problem], n: int, buffer: RolloutBuffer, desc: str = "rollout", rng: random.Random | None = None, show: bool = True) -> list[GroupOutcome]:
+async def collect(
+    agent: Agent,
+    problems: list[Problem],
+    n: int,
+    buffer: RolloutBuffer,
+    desc: str = "rollout",
+    rng: random.Random | None = None,
+    show: bool = True,
+) -> list[GroupOutcome]:
     """n samples of each problem as one lockstep batch; dropped groups are regenerated while the
     buffer allows. Returns the outcome of every group added."""
     pending = list(problems)
@@ -68,7 +89,11 @@ async def collect(agent: Agent, problems: list[Problem], n: int, buffer: Rollout
     while pending:
         rounds += 1
         tag = f"r{rounds}"
-        jobs = [(p, i, f"{p.id}@v{agent.engine.policy_version}#{tag}") for p in pending for i in range(n)]
+        jobs = [
+            (p, i, f"{p.id}@v{agent.engine.policy_version}#{tag}")
+            for p in pending
+            for i in range(n)
+        ]
         trajs = await agent.run(jobs)
         retry = []
         for k, p in enumerate(pending):

@@ -126,11 +126,14 @@ def _package_root() -> Path:
 
 
 def corpus_files() -> list[Path]:
-    """Built-in problem sources first, then the package's own .py files; each once, sorted."""
+    """Built-in problem sources and the prompt templates, sorted.
+
+    Only data files, not the package's code: the tokenizer (and so every tiny-model result)
+    must not change when unrelated code changes."""
     root = _package_root()
     builtin = sorted((root / "problems" / "builtin").rglob("*.py"))
-    own = sorted(p for p in root.rglob("*.py") if p not in set(builtin))
-    return builtin + own
+    prompts = sorted((root / "rollout" / "prompts").glob("*.txt"))
+    return builtin + prompts
 
 
 def build_corpus() -> list[str]:

@@ -5,8 +5,9 @@ train) and the asynchronous one (generation of the next batch overlaps training;
 than `max_staleness` policy versions old are dropped), weight pushes after every update (in
 memory for the in-process engine, versioned HF dirs otherwise), before/after measurement on fixed
 problems with the same sampling seed, per-step rollouts saved, checkpoints with the driver's own
-state (step, RNG), and the run summary. Does not cover: the pieces it composes (agent, buffer,
-trainer) or the HTML report (training.report).
+state (step, RNG), and the run summary. `drive` is the job once its pieces exist; the Ray driver
+(tritonforge.scale.driver) calls it with actor-backed pieces. Does not cover: the pieces it
+composes (agent, buffer, trainer) or the HTML report (training.report).
 """
 
 from __future__ import annotations
@@ -139,50 +140,64 @@ class _Driver:
 
 
 async def run_training(cfg: TrainRunConfig) -> dict[str, Any]:
-    """Run the whole RL job; returns (and writes) RUN_DIR/summary.json."""
+    """Run the whole RL job in this process; returns (and writes) RUN_DIR/summary.json."""
     from transformers import AutoTokenizer
 
-    from tritonforge.training.metrics import MetricsLogger
     from tritonforge.training.rl import RLTrainer
 
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.json")
     tokenizer = AutoTokenizer.from_pretrained(cfg.trainer.model.tokenizer_path or cfg.trainer.model.path)
     engine = build_engine(cfg.engine)
     backend = build_eval_backend(cfg.eval)
-    logger = MetricsLogger(run_dir, cfg.trainer.logging, run_config=cfg.model_dump(mode="json"))
+    run_dir, logger = open_run(cfg)
     try:
         trainer = RLTrainer(cfg.trainer, tokenizer=tokenizer, run_dir=run_dir)
         agent = build_agent(engine, tokenizer, cfg.task, cfg.agent, backend, cfg.eval)
-        driver = _Driver(cfg, trainer, agent, load_problems(cfg.problems), logger, run_dir)
-        resumed = trainer.resume() if cfg.trainer.checkpoint.resume else None
-        summary_path = run_dir / "summary.json"
-        summary: dict[str, Any] = json.loads(summary_path.read_text()) if resumed and summary_path.exists() else {}
-        if resumed:
-            driver.start_step = int(resumed.get("driver_step", trainer.policy_version))
-            if "rng" in resumed:
-                driver.rng.setstate(_as_rng_state(resumed["rng"]))
-            await push_weights(engine, trainer, cfg.weight_sync)
-            log.info("resumed at step %d (policy version %d)", driver.start_step, trainer.policy_version)
-        ev = cfg.evaluate
-        eval_problems = load_problems(ev.problems or cfg.problems)
-        t0 = time.monotonic()
-        if ev.enabled and "before" not in summary:
-            summary["before"] = await measure(agent, eval_problems, ev.samples, ev.seed, ev.temperature, "before")
-            _write(summary_path, summary)
-        await driver.run()
-        if ev.enabled:
-            summary["after"] = await measure(agent, eval_problems, ev.samples, ev.seed, ev.temperature, "after")
-        summary.update({"steps": cfg.steps, "policy_version": trainer.policy_version, "train_seconds": round(time.monotonic() - t0, 1), "history": summary.get("history", []) + driver.history})
-        if cfg.trainer.checkpoint.save_final:
-            trainer.checkpoint(extra={"driver_step": cfg.steps, "rng": driver.rng.getstate()})
-        _write(summary_path, summary)
-        return summary
+        return await drive(cfg, trainer, agent, logger, run_dir)
     finally:
         logger.close()
         await engine.aclose()
         await backend.aclose()
+
+
+def open_run(cfg: TrainRunConfig) -> tuple[Path, Any]:
+    """Create RUN_DIR, save the resolved config there, open the metrics logger."""
+    from tritonforge.training.metrics import MetricsLogger
+
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.json")
+    return run_dir, MetricsLogger(run_dir, cfg.trainer.logging, run_config=cfg.model_dump(mode="json"))
+
+
+async def drive(cfg: TrainRunConfig, trainer: Any, agent: Any, logger: Any, run_dir: Path) -> dict[str, Any]:
+    """The job once its pieces exist: resume, measure before, the steps, measure after, summary.
+
+    Shared by `run_training` (an RLTrainer and an Agent in this process) and the Ray driver
+    (tritonforge.scale.driver: a TrainerGroup and a RayAgent with the same interfaces)."""
+    driver = _Driver(cfg, trainer, agent, load_problems(cfg.problems), logger, run_dir)
+    resumed = trainer.resume() if cfg.trainer.checkpoint.resume else None
+    summary_path = run_dir / "summary.json"
+    summary: dict[str, Any] = json.loads(summary_path.read_text()) if resumed and summary_path.exists() else {}
+    if resumed:
+        driver.start_step = int(resumed.get("driver_step", trainer.policy_version))
+        if "rng" in resumed:
+            driver.rng.setstate(_as_rng_state(resumed["rng"]))
+        await push_weights(agent.engine, trainer, cfg.weight_sync)
+        log.info("resumed at step %d (policy version %d)", driver.start_step, trainer.policy_version)
+    ev = cfg.evaluate
+    eval_problems = load_problems(ev.problems or cfg.problems)
+    t0 = time.monotonic()
+    if ev.enabled and "before" not in summary:
+        summary["before"] = await measure(agent, eval_problems, ev.samples, ev.seed, ev.temperature, "before")
+        write_summary(summary_path, summary)
+    await driver.run()
+    if ev.enabled:
+        summary["after"] = await measure(agent, eval_problems, ev.samples, ev.seed, ev.temperature, "after")
+    summary.update({"steps": cfg.steps, "policy_version": trainer.policy_version, "train_seconds": round(time.monotonic() - t0, 1), "history": summary.get("history", []) + driver.history})
+    if cfg.trainer.checkpoint.save_final:
+        trainer.checkpoint(extra={"driver_step": cfg.steps, "rng": driver.rng.getstate()})
+    write_summary(summary_path, summary)
+    return summary
 
 
 def _as_rng_state(state: Any) -> tuple:
@@ -191,7 +206,8 @@ def _as_rng_state(state: Any) -> tuple:
     return (version, tuple(internal), gauss)
 
 
-def _write(path: Path, obj: dict[str, Any]) -> None:
+def write_summary(path: Path, obj: dict[str, Any]) -> None:
+    """Write a summary JSON atomically."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
     tmp.replace(path)

@@ -43,7 +43,9 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def plot_curves(series: dict[str, list[dict[str, float]]], plots_dir: Path | None = None) -> list[tuple[str, str]]:
+def plot_curves(
+    series: dict[str, list[dict[str, float]]], plots_dir: Path | None = None
+) -> list[tuple[str, str]]:
     """One small plot per metric present in any series; returns [(title, base64 png)]."""
     import matplotlib
 
@@ -78,14 +80,27 @@ def _table(rows: list[list[Any]], head: list[str]) -> str:
         return f"{x:.3f}" if isinstance(x, float) else html.escape(str(x))
 
     body = "".join("<tr>" + "".join(f"<td>{cell(x)}</td>" for x in r) + "</tr>" for r in rows)
-    return "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + f"</tr>{body}</table>"
+    return (
+        "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + f"</tr>{body}</table>"
+    )
 
 
 def before_after(summary: dict[str, Any]) -> str:
     b, a = (summary.get("before") or {}).get("overall"), (summary.get("after") or {}).get("overall")
     if not b or not a:
         return "<p>No before/after measurement in this run.</p>"
-    keys = [k for k in ("pass_rate", "first_turn_pass", "mean_reward", "mean_best_turn_reward", "compiled_rate", "episodes") if k in b]
+    keys = [
+        k
+        for k in (
+            "pass_rate",
+            "first_turn_pass",
+            "mean_reward",
+            "mean_best_turn_reward",
+            "compiled_rate",
+            "episodes",
+        )
+        if k in b
+    ]
     rows = [[k, b[k], a[k], a[k] - b[k]] for k in keys]
     return _table(rows, ["metric", "before RL", "after RL", "change"])
 
@@ -100,10 +115,14 @@ def sample_trajectories(run_dir: Path, n: int = 3) -> str:
         trajs = [t for g in groups for t in g["trajectories"]][:n]
         parts.append(f"<h3>{html.escape(path.stem)}</h3>")
         for t in trajs:
-            parts.append(f"<details><summary>{html.escape(t['problem_id'])} sample {t['sample_index']} (return {t['turns'][0]['ret'] if t['turns'] else 0:.3f})</summary>")
+            parts.append(
+                f"<details><summary>{html.escape(t['problem_id'])} sample {t['sample_index']} (return {t['turns'][0]['ret'] if t['turns'] else 0:.3f})</summary>"
+            )
             for turn in t["turns"]:
                 v = turn.get("verdict") or {}
-                parts.append(f"<p><b>turn {turn['index']}</b>: {html.escape(str(v.get('status')))} reward {turn['reward']:.3f}</p>")
+                parts.append(
+                    f"<p><b>turn {turn['index']}</b>: {html.escape(str(v.get('status')))} reward {turn['reward']:.3f}</p>"
+                )
                 parts.append(f"<pre>{html.escape(turn['response_text'][:3000])}</pre>")
                 if turn.get("feedback_text"):
                     parts.append(f"<pre class=fb>{html.escape(turn['feedback_text'][:1500])}</pre>")
@@ -119,9 +138,15 @@ def write_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir} is not a run directory")
-    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    summary = (
+        json.loads((run_dir / "summary.json").read_text())
+        if (run_dir / "summary.json").exists()
+        else {}
+    )
     plots = plot_curves({run_dir.name: read_metrics(run_dir)}, run_dir / "plots")
-    imgs = "".join(f'<img title="{html.escape(t)}" src="data:image/png;base64,{d}">' for t, d in plots)
+    imgs = "".join(
+        f'<img title="{html.escape(t)}" src="data:image/png;base64,{d}">' for t, d in plots
+    )
     page = f"<html><head><meta charset=utf-8><title>{html.escape(run_dir.name)}</title>{_STYLE}</head><body>"
     page += f"<h1>Run {html.escape(run_dir.name)}</h1><h2>Before and after RL (same problems, same seed)</h2>{before_after(summary)}"
     page += f"<h2>Curves</h2>{imgs or '<p>no metrics</p>'}<h2>Sample trajectories</h2>{sample_trajectories(run_dir)}</body></html>"
@@ -141,10 +166,27 @@ def write_comparison(out_dir: str | Path, runs: dict[str, str | Path]) -> Path:
     for name, d in runs.items():
         p = Path(d) / "summary.json"
         s = json.loads(p.read_text()) if p.exists() else {}
-        b, a = (s.get("before") or {}).get("overall") or {}, (s.get("after") or {}).get("overall") or {}
-        rows.append([name, b.get("pass_rate", float("nan")), a.get("pass_rate", float("nan")), b.get("mean_reward", float("nan")), a.get("mean_reward", float("nan")), s.get("train_seconds", "")])
-    page += _table(rows, ["variant", "pass before", "pass after", "reward before", "reward after", "seconds"])
-    page += "".join(f'<img title="{html.escape(t)}" src="data:image/png;base64,{d}">' for t, d in plots) + "</body></html>"
+        b, a = (
+            (s.get("before") or {}).get("overall") or {},
+            (s.get("after") or {}).get("overall") or {},
+        )
+        rows.append(
+            [
+                name,
+                b.get("pass_rate", float("nan")),
+                a.get("pass_rate", float("nan")),
+                b.get("mean_reward", float("nan")),
+                a.get("mean_reward", float("nan")),
+                s.get("train_seconds", ""),
+            ]
+        )
+    page += _table(
+        rows, ["variant", "pass before", "pass after", "reward before", "reward after", "seconds"]
+    )
+    page += (
+        "".join(f'<img title="{html.escape(t)}" src="data:image/png;base64,{d}">' for t, d in plots)
+        + "</body></html>"
+    )
     out = out_dir / "comparison.html"
     out.write_text(page)
     return out

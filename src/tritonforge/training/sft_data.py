@@ -158,11 +158,17 @@ def load_chat_jsonl(cfg: SFTDataConfig) -> tuple[list[ChatExample], Counter]:
     return out, dropped
 
 
-def builtin_pairs(size: str = "cpu") -> list[tuple[Problem, str]]:
-    """The built-in suite's (problem, solution) pairs: the CPU demo's SFT seed data."""
-    from tritonforge.problems import load_suite
+def builtin_pairs(size: str = "cpu", names: Sequence[str] = ()) -> list[tuple[Problem, str]]:
+    """The built-in suite's (problem, solution) pairs (optionally only `names`, by name or id):
+    the CPU demo's SFT seed data."""
+    from tritonforge.problems import load_suite, select
 
-    return [(p, p.solution_src) for p in load_suite("builtin", size=size) if p.solution_src]
+    probs = load_suite("builtin", size=size)
+    if names:
+        probs = select(probs, ids=list(names))
+        if not probs:
+            raise ValueError(f"no built-in problem matches {list(names)}")
+    return [(p, p.solution_src) for p in probs if p.solution_src]
 
 
 # ------------------------------------------------------------------------------------ chats
@@ -239,7 +245,7 @@ def _chats(cfg: SFTDataConfig) -> tuple[list[ChatExample], Counter]:
     if cfg.kind == "kernelbook":
         pairs, dropped = load_kernelbook(cfg)
     else:
-        pairs, dropped = builtin_pairs(cfg.builtin_size), Counter()
+        pairs, dropped = builtin_pairs(cfg.builtin_size, cfg.builtin_problems), Counter()
     return [pair_to_chat(p, sol, cfg) for p, sol in pairs], dropped
 
 
