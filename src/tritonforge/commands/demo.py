@@ -28,7 +28,7 @@ DEMO_PROBLEMS = ["relu", "leaky_relu", "sigmoid", "silu", "tanh", "hardtanh"]
 def _default_sft() -> SFTRunConfig:
     cfg = SFTRunConfig()
     cfg.optim.lr = 2e-3
-    cfg.sft.max_steps, cfg.sft.epochs, cfg.sft.batch_size = 34, 1000, 6
+    cfg.sft.max_steps, cfg.sft.epochs, cfg.sft.batch_size = 44, 1000, 6
     cfg.sft.data.builtin_problems = list(DEMO_PROBLEMS)
     cfg.sft.data.prompt.include_example = False
     cfg.sft.data.thinking = "none"
@@ -37,7 +37,7 @@ def _default_sft() -> SFTRunConfig:
 
 
 def _default_train() -> TrainRunConfig:
-    cfg = TrainRunConfig(steps=12, problems_per_step=3)
+    cfg = TrainRunConfig(steps=16, problems_per_step=6)
     cfg.problems.ids = list(DEMO_PROBLEMS)
     cfg.task.prompt.include_example = False
     cfg.agent.max_turns = 2
@@ -45,8 +45,8 @@ def _default_train() -> TrainRunConfig:
     cfg.agent.sampling.temperature = 0.7
     cfg.agent.max_context_tokens = 4096
     cfg.trainer.rl.temperature = 0.7
-    cfg.trainer.optim.lr = 3e-5
-    cfg.buffer.group_size = 6
+    cfg.trainer.optim.lr = 6e-5
+    cfg.buffer.group_size = 4
     cfg.evaluate.samples = 8
     cfg.eval.settings.device = "cpu"
     cfg.eval.concurrency = 2
