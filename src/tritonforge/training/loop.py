@@ -85,6 +85,7 @@ class _Driver:
         self.logger, self.run_dir = logger, run_dir
         self.rng = random.Random(cfg.seed)
         self.start_step = 0
+        self.trained_steps = 0  # batches consumed by the trainer in this run (async gate)
         self.history: list[dict[str, float]] = []
 
     async def generate(self, step: int) -> tuple[list[Group], dict[str, float], float]:
@@ -108,7 +109,9 @@ class _Driver:
                 row[k] = v
         if fresh:
             m = await asyncio.to_thread(self.trainer.train_step, fresh)
-            row.update(m.as_dict())
+            stats_row = m.as_dict()
+            stats_row["policy_version"] = stats_row.pop("step")  # the row's step is the driver's
+            row.update(stats_row)
             row["push_s"] = await push_weights(self.agent.engine, self.trainer, self.cfg.weight_sync)
         else:
             log.warning("step %d: no trainable samples (all groups dropped or stale)", step)
@@ -125,9 +128,16 @@ class _Driver:
                 await self.train_on(step, groups, stats, gen_s)
             return
         queue: asyncio.Queue = asyncio.Queue(maxsize=self.cfg.schedule.queue_batches)
+        trained = asyncio.Condition()
+        lag = self.cfg.schedule.max_staleness
+        first = self.start_step
 
         async def produce() -> None:
             for step in steps:
+                # bounded staleness by construction: batch k is generated only once the trainer
+                # has finished batch k - 1 - max_staleness, so no sample arrives too old
+                async with trained:
+                    await trained.wait_for(lambda s=step: s - first - self.trained_steps <= lag)
                 await queue.put((step, *await self.generate(step)))
 
         producer = asyncio.create_task(produce())
@@ -135,6 +145,9 @@ class _Driver:
             for _ in steps:
                 step, groups, stats, gen_s = await queue.get()
                 await self.train_on(step, groups, stats, gen_s)
+                async with trained:
+                    self.trained_steps += 1
+                    trained.notify_all()
         finally:
             producer.cancel()
 
