@@ -9,5 +9,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "${TRITONFORGE_TORCH:-torch==2.13.0}"
-.venv/bin/python -m pip install -q -e ".[dev,tensorboard]"
+.venv/bin/python -m pip install -q -e ".[dev,tensorboard,ray]"
 .venv/bin/python -c "import torch, triton, tritonforge; print('tritonforge', tritonforge.__version__, '| torch', torch.__version__, '| triton', triton.__version__)"
