@@ -16,97 +16,29 @@ import os
 import random
 import secrets
 import shutil
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-import torch
-
-import tritonforge
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.checks import run_static
-from tritonforge.evaluation.compare import compare, output_bytes
+from tritonforge.evaluation.compare import compare
 from tritonforge.evaluation.decide import (
     audit_record,
     audit_switches,
     decide_audit,
-    decide_timing,
 )
 from tritonforge.evaluation.forkserver import ForkServer
+from tritonforge.evaluation.gpu_timing import Stop, time_candidate
 from tritonforge.evaluation.protocol import Deadline, PeerClosed, ProtocolError, pack, unpack
 from tritonforge.evaluation.reference import INIT_SEED, Reference, ReferenceError, ReferenceStore
 from tritonforge.evaluation.rewards import compute_reward
-from tritonforge.evaluation.sandbox import NOBODY, SandboxSpec
 from tritonforge.evaluation.session import Session, describe_exit
-from tritonforge.evaluation.timing import ReferenceTimer, stats
+from tritonforge.evaluation.workerenv import base_env, private_scratch, resolve_device, worker_spec
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 
 log = get_logger("evaluation.judge")
-
-_KEEP_ENV = (
-    "PATH",
-    "LD_LIBRARY_PATH",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "TRITON_PTXAS_PATH",
-    "TRITON_LIBCUDA_PATH",
-    "CC",
-    "VIRTUAL_ENV",
-    "NCCL_NVLS_ENABLE",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-    "NVSHMEM_DISABLE_NVLS",
-)
-
-
-class _Failed(Exception):
-    """Internal: stop evaluating with this verdict."""
-
-    def __init__(self, verdict: Verdict):
-        self.verdict = verdict
-
-
-def resolve_device(settings: EvalSettings) -> str:
-    if settings.device == "cpu" or (settings.device == "auto" and not torch.cuda.is_available()):
-        return "cpu"
-    if not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' was requested but torch sees no CUDA device")
-    return f"cuda:{settings.device_index}"
-
-
-def base_env(device: str) -> dict[str, str]:
-    """Minimal environment for the fork server and workers (no secrets, pinned device)."""
-    src_root = str(Path(tritonforge.__file__).resolve().parents[1])
-    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update(
-        {
-            "LANG": "C.UTF-8",
-            "PYTHONNOUSERSITE": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            # workers are killed, never exit cleanly: unbuffered, so what the candidate printed
-            # (e.g. just before a crash) reaches the judge instead of dying in a buffer
-            "PYTHONUNBUFFERED": "1",
-            "OMP_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-            "KINETO_LOG_LEVEL": "5",
-        }
-    )
-    env["PYTHONPATH"] = os.pathsep.join(
-        [src_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    )
-    if device == "cpu":
-        env.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
-    else:
-        idx = int(device.split(":")[1])
-        visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-        env["CUDA_VISIBLE_DEVICES"] = visible[idx] if idx < len(visible) else str(idx)
-        env["TRITONFORGE_WARM_GPU"] = os.environ.get("TRITONFORGE_WARM_GPU", "1")
-        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # is_available() without initialising CUDA
-    return env
 
 
 class Evaluator:
@@ -122,7 +54,7 @@ class Evaluator:
             else secrets.randbits(62)
         )
         self._servers: dict[str, ForkServer] = {}
-        self._timers: dict[str, ReferenceTimer] = {}
+        self._timers: dict[str, Any] = {}  # device -> timing.ReferenceTimer
         self._compiled: dict[tuple[str, str], Any] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -168,7 +100,7 @@ class Evaluator:
         t0 = time.monotonic()
         try:
             verdict = self._evaluate(problem, source, s)
-        except _Failed as f:
+        except Stop as f:
             verdict = f.verdict
         except ReferenceError as exc:
             verdict = Verdict(
@@ -214,15 +146,15 @@ class Evaluator:
                 device=device,
             )
         ref = self.refs.reference(problem, device)
-        scratch = None if s.sandbox != "rlimits" else _private_scratch()
-        spec = _spec(s, device, scratch)
+        scratch = None if s.sandbox != "rlimits" else private_scratch()
+        spec = worker_spec(s, device, scratch)
         phases: dict[str, float] = {}
         t = time.monotonic()
         session = Session(self.server(device), spec, s.limits.output_bytes)
         phases["spawn"] = time.monotonic() - t
         try:
             v = self._run(session, problem, ref, source or "", s, device, phases)
-        except _Failed as f:
+        except Stop as f:
             v = f.verdict
         finally:
             session.close()
@@ -250,7 +182,7 @@ class Evaluator:
         try:
             return session.request(msg, fds, time.monotonic() + budget)
         except Deadline:
-            raise _Failed(
+            raise Stop(
                 Verdict(
                     status=Status.TIMEOUT,
                     phase=phase,
@@ -261,7 +193,7 @@ class Evaluator:
         except PeerClosed:
             ended = session.wait_exit(5.0)
             if ended is None and not session.server.alive:  # not the candidate's doing
-                raise _Failed(
+                raise Stop(
                     Verdict(
                         status=Status.INTERNAL_ERROR,
                         phase=phase,
@@ -270,7 +202,7 @@ class Evaluator:
                     )
                 ) from None
             status, why = describe_exit(ended)
-            raise _Failed(
+            raise Stop(
                 Verdict(
                     status=Status(status),
                     phase=phase,
@@ -279,7 +211,7 @@ class Evaluator:
                 )
             ) from None
         except ProtocolError as exc:
-            raise _Failed(
+            raise Stop(
                 Verdict(
                     status=Status.REWARD_HACK,
                     rule="protocol_violation",
@@ -291,6 +223,91 @@ class Evaluator:
             for fd in fds:
                 os.close(fd)
 
+    def _load(
+        self,
+        session: Session,
+        ref: Reference,
+        source: str,
+        s: EvalSettings,
+        device: str,
+        phases: dict[str, float],
+    ) -> Verdict | list[str]:
+        """Import the candidate and build ModelNew in the worker: a failure verdict, or notes."""
+        init_desc, init_fd = pack(ref.init_inputs)
+        msg = {
+            "op": "load",
+            "source": source,
+            "init_inputs": init_desc,
+            "init_seed": INIT_SEED,
+            "device": "cpu" if device == "cpu" else "cuda:0",
+            "backend": s.backend,
+            "mode": s.mode,
+        }
+        t = time.monotonic()
+        reply, _ = self._call(session, msg, [init_fd], s.budgets.import_s, "import", False)
+        phases["import"] = time.monotonic() - t
+        if reply.get("cuda_init_s"):
+            phases["cuda_init"] = float(reply["cuda_init_s"])
+        if not reply.get("ok"):
+            return self._from_failure(reply, "import", False)
+        sandbox = reply.get("sandbox") or {}
+        return [f"sandbox: {sandbox.get('user', 'unknown')}"] + [
+            f"sandbox warning: {w}" for w in sandbox.get("warnings", [])
+        ]
+
+    def _plan(self, problem: Problem, source: str, s: EvalSettings) -> list[tuple[int, str]]:
+        """Hidden seeds and input distributions of the trials, in an order varied per candidate."""
+        plan = [
+            (self.seed(problem, i), s.distributions[i % len(s.distributions)])
+            for i in range(s.correctness_trials)
+        ]
+        random.Random(
+            self.secret ^ int(hashlib.sha256(source.encode()).hexdigest()[:12], 16)
+        ).shuffle(plan)
+        return plan
+
+    def _check_trial(
+        self,
+        i: int,
+        dist: str,
+        reply: dict[str, Any],
+        outputs: Any,
+        expected: Any,
+        problem: Problem,
+        s: EvalSettings,
+        session: Session,
+        records: list[dict[str, Any]],
+        compiled: bool,
+        notes: list[str],
+    ) -> Verdict | None:
+        """The verdict a finished trial forces (hack, mismatch, mutation), or None to go on."""
+        phase = "compile" if i == 0 else "correctness"
+        common = {
+            "compiled": compiled,
+            "audit": audit_record(records),
+            "trials_total": s.correctness_trials,
+            "trials_passed": i,
+        }
+        hack = decide_audit(reply["audit"], reply.get("facts") or {}, s, session.unsolicited)
+        if hack:
+            return Verdict(
+                status=Status.REWARD_HACK, rule=hack[0], message=hack[1], phase=phase, **common
+            )
+        status, mm, why = compare(
+            expected, outputs, s.tolerance, s.nan_policy, problem.atol, problem.rtol
+        )
+        if status is not Status.CORRECT:
+            mm.trial, mm.distribution = i, dist
+            msg = f"trial {i + 1}/{s.correctness_trials} (inputs: {dist}): {why}"
+            return Verdict(
+                status=status, mismatch=mm, message=msg, phase="correctness", notes=notes, **common
+            )
+        mutated = (reply.get("facts") or {}).get("mutated") or []
+        if mutated:
+            msg = f"forward modified its input(s) {mutated} in place; inputs must be left unchanged"
+            return Verdict(status=Status.INPUT_MUTATED, message=msg, phase="correctness", **common)
+        return None
+
     def _run(
         self,
         session: Session,
@@ -301,127 +318,63 @@ class Evaluator:
         device: str,
         phases: dict[str, float],
     ) -> Verdict:
-        worker_device = "cpu" if device == "cpu" else "cuda:0"
-        init_desc, init_fd = pack(ref.init_inputs)
-        t = time.monotonic()
-        reply, _ = self._call(
-            session,
-            {
-                "op": "load",
-                "source": source,
-                "init_inputs": init_desc,
-                "init_seed": INIT_SEED,
-                "device": worker_device,
-                "backend": s.backend,
-                "mode": s.mode,
-            },
-            [init_fd],
-            s.budgets.import_s,
-            "import",
-            False,
-        )
-        phases["import"] = time.monotonic() - t
-        if reply.get("cuda_init_s"):
-            phases["cuda_init"] = float(reply["cuda_init_s"])
-        sandbox = reply.get("sandbox") or {}
-        if not reply.get("ok"):
-            return self._from_failure(reply, "import", False)
-        notes = [f"sandbox: {sandbox.get('user', 'unknown')}"] + [
-            f"sandbox warning: {w}" for w in sandbox.get("warnings", [])
-        ]
-        plan = [
-            (self.seed(problem, i), s.distributions[i % len(s.distributions)])
-            for i in range(s.correctness_trials)
-        ]
-        random.Random(
-            self.secret ^ int(hashlib.sha256(source.encode()).hexdigest()[:12], 16)
-        ).shuffle(plan)
+        notes = self._load(session, ref, source, s, device, phases)
+        if isinstance(notes, Verdict):
+            return notes
+        plan = self._plan(problem, source, s)
         records: list[dict[str, Any]] = []
         compiled = False
-        correctness_deadline = None
+        deadline = 0.0
         for i, (seed, dist) in enumerate(plan):
             phase = "compile" if i == 0 else "correctness"
-            budget = (
-                s.budgets.compile_s if i == 0 else max(0.1, correctness_deadline - time.monotonic())
-            )
+            budget = s.budgets.compile_s if i == 0 else max(0.1, deadline - time.monotonic())
             case = self.refs.case(ref, seed, dist)
+            msg = {
+                "op": "run",
+                "inputs": case.desc,
+                **audit_switches(last_trial=i == len(plan) - 1),
+            }
             t = time.monotonic()
-            reply, fds = self._call(
-                session,
-                {
-                    "op": "run",
-                    "inputs": case.desc,
-                    **audit_switches(last_trial=i == len(plan) - 1),
-                },
-                [os.dup(case.fd)],
-                budget,
-                phase,
-                compiled,
-            )
+            reply, fds = self._call(session, msg, [os.dup(case.fd)], budget, phase, compiled)
             phases[phase] = phases.get(phase, 0.0) + time.monotonic() - t
             if i == 0:
-                correctness_deadline = time.monotonic() + s.budgets.correctness_s
+                deadline = time.monotonic() + s.budgets.correctness_s
             compiled = compiled or (reply.get("audit") or {}).get("launches_ok", 0) > 0
             if not reply.get("ok"):
                 for fd in fds:
                     os.close(fd)
                 v = self._from_failure(reply, phase, compiled)
-                v.trials_total = s.correctness_trials
-                v.trials_passed = i
+                v.trials_total, v.trials_passed = s.correctness_trials, i
                 return v
             outputs = self._outputs(reply, fds)
             records.append(reply["audit"])
-            hack = decide_audit(reply["audit"], reply.get("facts") or {}, s, session.unsolicited)
-            if hack:
-                return Verdict(
-                    status=Status.REWARD_HACK,
-                    rule=hack[0],
-                    message=hack[1],
-                    phase=phase,
-                    compiled=compiled,
-                    audit=audit_record(records),
-                    trials_total=s.correctness_trials,
-                    trials_passed=i,
-                )
-            status, mm, why = compare(
-                case.expected, outputs, s.tolerance, s.nan_policy, problem.atol, problem.rtol
+            stop = self._check_trial(
+                i,
+                dist,
+                reply,
+                outputs,
+                case.expected,
+                problem,
+                s,
+                session,
+                records,
+                compiled,
+                notes,
             )
-            if status is not Status.CORRECT:
-                mm.trial, mm.distribution = i, dist
-                msg = f"trial {i + 1}/{len(plan)} (inputs: {dist}): {why}"
-                return Verdict(
-                    status=status,
-                    mismatch=mm,
-                    message=msg,
-                    phase="correctness",
-                    compiled=compiled,
-                    audit=audit_record(records),
-                    trials_total=s.correctness_trials,
-                    trials_passed=i,
-                    notes=notes,
-                )
-            mutated = (reply.get("facts") or {}).get("mutated") or []
-            if mutated:
-                return Verdict(
-                    status=Status.INPUT_MUTATED,
-                    message=f"forward modified its input(s) {mutated} in place; inputs must be left unchanged",
-                    phase="correctness",
-                    compiled=compiled,
-                    audit=audit_record(records),
-                    trials_total=s.correctness_trials,
-                    trials_passed=i,
-                )
+            if stop is not None:
+                return stop
+        n = len(plan)
         v = Verdict(
             status=Status.CORRECT,
             compiled=compiled,
-            trials_total=len(plan),
-            trials_passed=len(plan),
+            trials_total=n,
+            trials_passed=n,
             audit=audit_record(records),
             notes=notes,
             message="all correctness trials passed",
         )
         if device != "cpu" and s.measure_performance:
-            self._time(session, problem, ref, s, device, v, phases, records)
+            time_candidate(self, session, problem, ref, s, device, v, phases, records)
         return v
 
     def _outputs(self, reply: dict[str, Any], fds: list[int]) -> Any:
@@ -430,7 +383,7 @@ class Evaluator:
                 raise ProtocolError(f"expected one output buffer, got {len(fds)}")
             return unpack(reply.get("outputs") or {}, fds[0])
         except ProtocolError as exc:
-            raise _Failed(
+            raise Stop(
                 Verdict(
                     status=Status.REWARD_HACK,
                     rule="protocol_violation",
@@ -467,119 +420,6 @@ class Evaluator:
             message=msg,
         )
 
-    # -- timing ----------------------------------------------------------------------------------
-    def _time(
-        self,
-        session: Session,
-        problem: Problem,
-        ref: Reference,
-        s: EvalSettings,
-        device: str,
-        v: Verdict,
-        phases: dict[str, float],
-        records: list[dict[str, Any]],
-    ) -> None:
-        case = self.refs.case(ref, self.seed(problem, 1000), "native")
-        dev_inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in case.inputs]
-        per_round = max(2, s.perf_trials // s.perf_rounds)
-        cand, base, comp, launches = [], [], [], []
-        t = time.monotonic()
-        deadline = t + s.budgets.timing_s
-        with self.timing_lock(device), torch.cuda.device(device):
-            timer = self._timers.get(device) or self._timers.setdefault(
-                device, ReferenceTimer(device)
-            )
-            compiled_ref = self._compiled_ref(problem, ref) if s.compile_baseline else None
-            for r in range(s.perf_rounds):
-                warm = s.perf_warmup if r == 0 else 1
-                reply, _ = self._call(
-                    session,
-                    {"op": "time", "inputs": case.desc, "warmup": warm, "trials": per_round},
-                    [os.dup(case.fd)],
-                    max(0.1, deadline - time.monotonic()),
-                    "timing",
-                    True,
-                )
-                if not reply.get("ok"):
-                    raise _Failed(self._from_failure(reply, "timing", True))
-                cand += reply["times_ms"][1:] if r == 0 else reply["times_ms"]
-                launches += reply["launches"]
-                base += timer.time(ref.model, dev_inputs, warm, per_round)[(1 if r == 0 else 0) :]
-                if compiled_ref is not None:
-                    comp += timer.time(compiled_ref, dev_inputs, warm, per_round)[
-                        (1 if r == 0 else 0) :
-                    ]
-        phases["timing"] = time.monotonic() - t
-        v.runtime, v.ref_runtime = stats(cand, False), stats(base, False)
-        v.speedup = (
-            v.ref_runtime.median_ms / v.runtime.median_ms if v.runtime.median_ms > 0 else None
-        )
-        if comp:
-            v.ref_compile_runtime = stats(comp, False)
-            v.speedup_vs_compile = v.ref_compile_runtime.median_ms / v.runtime.median_ms
-        # The candidate may have changed state during timing: check it once more on fresh inputs.
-        post = self.refs.case(ref, self.seed(problem, 1001), s.distributions[-1])
-        reply, fds = self._call(
-            session,
-            {"op": "run", "inputs": post.desc, "profile": False},
-            [os.dup(post.fd)],
-            s.budgets.correctness_s,
-            "correctness",
-            True,
-        )
-        if not reply.get("ok"):
-            for fd in fds:
-                os.close(fd)
-            raise _Failed(self._from_failure(reply, "correctness", True))
-        status, mm, why = compare(
-            post.expected,
-            self._outputs(reply, fds),
-            s.tolerance,
-            s.nan_policy,
-            problem.atol,
-            problem.rtol,
-        )
-        nbytes = sum(
-            x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
-        ) + output_bytes(case.expected)
-        hack = decide_timing(v, launches, records, status is Status.CORRECT, problem, nbytes, s)
-        if hack:
-            v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
-            v.correct = False
-        elif status is not Status.CORRECT:
-            v.status, v.mismatch, v.message = status, mm, f"after timing, on fresh inputs: {why}"
-
-    def _compiled_ref(self, problem: Problem, ref: Reference) -> Any:
-        key = (problem.id, ref.device)
-        if key not in self._compiled:
-            self._compiled[key] = torch.compile(ref.model)
-        return self._compiled[key]
-
-
-def _spec(s: EvalSettings, device: str, scratch: str | None) -> dict[str, Any]:
-    lim = s.limits
-    env = base_env(device)
-    sandbox = SandboxSpec(
-        isolation=s.sandbox if s.sandbox != "rlimits" else "rlimits",
-        device="cpu" if device == "cpu" else "cuda",
-        memory_mb=lim.memory_mb,
-        cpu_seconds=lim.cpu_seconds,
-        max_processes=lim.max_processes,
-        max_open_files=lim.max_open_files,
-        max_file_mb=lim.max_file_mb,
-        scratch=scratch or "",
-        env=env,
-    )
-    return {"sandbox": sandbox.to_json(), "rss_limit_mb": lim.memory_mb}
-
-
-def _private_scratch() -> str:
-    path = tempfile.mkdtemp(prefix="tf-scratch-")
-    if os.getuid() == 0:
-        os.chown(path, NOBODY, NOBODY)
-    os.chmod(path, 0o700)
-    return path
-
 
 class LocalBackend:
     """EvalBackend over an in-process Evaluator: evaluations run in a bounded thread pool."""
@@ -596,7 +436,3 @@ class LocalBackend:
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.evaluator.close)
-
-
-if __name__ == "__main__":  # pragma: no cover - debugging aid
-    sys.exit(0)

@@ -1,0 +1,118 @@
+"""GPU timing of a candidate against the live reference, and the post-timing re-check.
+
+Covers: `time_candidate` (rounds that interleave the worker's timed calls with the reference's
+in the judge process, exclusive per GPU; statistics and speedups; a correctness re-check on fresh
+inputs after timing; the timing rules of decide.py) and `compiled_reference` (torch.compile
+baseline). Called by judge.Evaluator with itself as `ev`. Does not cover: the worker's timing
+loop (worker.py) or statistics (timing.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+
+from tritonforge.config.eval import EvalSettings
+from tritonforge.evaluation.compare import compare, output_bytes
+from tritonforge.evaluation.decide import decide_timing
+from tritonforge.evaluation.reference import Reference
+from tritonforge.evaluation.session import Session
+from tritonforge.evaluation.timing import ReferenceTimer, stats
+from tritonforge.types import Problem, Status, Verdict
+
+
+class Stop(Exception):
+    """Stop evaluating with this verdict (raised anywhere inside one evaluation)."""
+
+    def __init__(self, verdict: Verdict):
+        super().__init__(verdict.status.value)
+        self.verdict = verdict
+
+
+def time_candidate(
+    ev: Any,
+    session: Session,
+    problem: Problem,
+    ref: Reference,
+    s: EvalSettings,
+    device: str,
+    v: Verdict,
+    phases: dict[str, float],
+    records: list[dict[str, Any]],
+) -> None:
+    case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
+    dev_inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in case.inputs]
+    per_round = max(2, s.perf_trials // s.perf_rounds)
+    cand, base, comp, launches = [], [], [], []
+    t = time.monotonic()
+    deadline = t + s.budgets.timing_s
+    with ev.timing_lock(device), torch.cuda.device(device):
+        timer = ev._timers.get(device) or ev._timers.setdefault(device, ReferenceTimer(device))
+        compiled_ref = compiled_reference(ev, problem, ref) if s.compile_baseline else None
+        for r in range(s.perf_rounds):
+            warm = s.perf_warmup if r == 0 else 1
+            reply, _ = ev._call(
+                session,
+                {"op": "time", "inputs": case.desc, "warmup": warm, "trials": per_round},
+                [os.dup(case.fd)],
+                max(0.1, deadline - time.monotonic()),
+                "timing",
+                True,
+            )
+            if not reply.get("ok"):
+                raise Stop(ev._from_failure(reply, "timing", True))
+            cand += reply["times_ms"][1:] if r == 0 else reply["times_ms"]
+            launches += reply["launches"]
+            base += timer.time(ref.model, dev_inputs, warm, per_round)[(1 if r == 0 else 0) :]
+            if compiled_ref is not None:
+                comp += timer.time(compiled_ref, dev_inputs, warm, per_round)[
+                    (1 if r == 0 else 0) :
+                ]
+    phases["timing"] = time.monotonic() - t
+    v.runtime, v.ref_runtime = stats(cand, False), stats(base, False)
+    v.speedup = v.ref_runtime.median_ms / v.runtime.median_ms if v.runtime.median_ms > 0 else None
+    if comp:
+        v.ref_compile_runtime = stats(comp, False)
+        v.speedup_vs_compile = v.ref_compile_runtime.median_ms / v.runtime.median_ms
+    # The candidate may have changed state during timing: check it once more on fresh inputs.
+    post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
+    reply, fds = ev._call(
+        session,
+        {"op": "run", "inputs": post.desc, "profile": False},
+        [os.dup(post.fd)],
+        s.budgets.correctness_s,
+        "correctness",
+        True,
+    )
+    if not reply.get("ok"):
+        for fd in fds:
+            os.close(fd)
+        raise Stop(ev._from_failure(reply, "correctness", True))
+    status, mm, why = compare(
+        post.expected,
+        ev._outputs(reply, fds),
+        s.tolerance,
+        s.nan_policy,
+        problem.atol,
+        problem.rtol,
+    )
+    nbytes = sum(
+        x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
+    ) + output_bytes(case.expected)
+    hack = decide_timing(v, launches, records, status is Status.CORRECT, problem, nbytes, s)
+    if hack:
+        v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
+        v.correct = False
+    elif status is not Status.CORRECT:
+        v.status, v.mismatch, v.message = status, mm, f"after timing, on fresh inputs: {why}"
+
+
+def compiled_reference(ev: Any, problem: Problem, ref: Reference) -> Any:
+    """torch.compile(reference), once per problem and device (the second baseline)."""
+    key = (problem.id, ref.device)
+    if key not in ev._compiled:
+        ev._compiled[key] = torch.compile(ref.model)
+    return ev._compiled[key]
