@@ -173,33 +173,72 @@ def _interpreter_paths() -> list[str]:
     return sorted(os.path.realpath(p) for p in paths)
 
 
-def _expose_interpreter(report: SandboxReport) -> None:
-    """Python may live under a directory `nobody` cannot enter (pyenv in /root): cover that
-    directory with an empty tmpfs and bind only the interpreter's own folders back into it."""
-    needed = [(p, a) for p in _interpreter_paths() if (a := _blocked_ancestor(p))]
-    if not needed:
-        return
-    # keep only top-level needed paths (drop those inside another needed path)
-    tops = [
-        (p, a) for p, a in needed if not any(p != q and p.startswith(q + os.sep) for q, _ in needed)
-    ]
-    staging = "/tmp/.tf-stage"
-    os.makedirs(staging, exist_ok=True)
-    for i, (p, _) in enumerate(tops):
-        os.makedirs(f"{staging}/{i}", exist_ok=True)
-        _check(_mount(p, f"{staging}/{i}", None, MS_BIND | MS_REC), f"bind {p}")
-    for a in sorted({a for _, a in tops}):
+MASKED = ("/tmp", "/dev/shm", "/var/tmp")  # replaced by private tmpfs in the sandbox
+SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # same number on every architecture (Linux >= 5.2)
+OPEN_TREE_CLONE, AT_RECURSIVE, AT_FDCWD, MOVE_MOUNT_F_EMPTY_PATH = 1, 0x8000, -100, 4
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _clone_tree(path: str) -> int:
+    """A detached copy of the mount tree at `path` (open_tree), to re-attach after masking."""
+    fd = _libc.syscall(
+        SYS_OPEN_TREE, AT_FDCWD, path.encode(), OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC
+    )
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"open_tree {path}: {os.strerror(err)}")
+    return fd
+
+
+def _attach(fd: int, target: str) -> None:
+    os.makedirs(target, exist_ok=True)
+    _check(
+        _libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
+        f"move_mount {target}",
+    )
+
+
+def _mask(spec: SandboxSpec, report: SandboxReport, as_root: bool) -> None:
+    """Private tmpfs over /tmp, /dev/shm, /var/tmp (and, as root, an empty tmpfs over any
+    directory `nobody` cannot enter, e.g. /root), keeping the interpreter's own folders (venv,
+    stdlib, sys.path entries such as a checkout under /tmp) visible by cloning their mount trees
+    first and attaching the clones after masking."""
+    masked = [m for m in MASKED if os.path.isdir(m)]
+    needed: dict[str, str | None] = {}
+    for p in _interpreter_paths():
+        blocked = _blocked_ancestor(p) if as_root else None
+        if blocked or any(_under(p, m) for m in masked):
+            needed[p] = blocked
+    tops = [p for p in needed if not any(p != q and _under(p, q) for q in needed)]
+    clones: list[tuple[str, int]] = []
+    keep_open: set[str] = set()
+    for p in tops:
+        try:
+            clones.append((p, _clone_tree(p)))
+        except OSError as exc:  # old kernel: leave that masked dir as it is
+            keep_open.update(m for m in masked if _under(p, m))
+            report.warnings.append(
+                f"{exc}; {p} stays visible and its masked parent is not replaced"
+            )
+    size = f"size={spec.max_file_mb}m,mode=1777"
+    for target in masked:
+        if target not in keep_open:
+            _check(
+                _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, size), f"tmpfs on {target}"
+            )
+    for a in sorted({needed[p] for p, _ in clones if needed[p]}):
         _check(
             _mount("tmpfs", a, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755"), f"tmpfs on {a}"
         )
-    for i, (p, _) in enumerate(tops):
-        os.makedirs(p, exist_ok=True)
-        _check(_mount(f"{staging}/{i}", p, None, MS_MOVE), f"move {p}")
-        os.rmdir(f"{staging}/{i}")
-    os.rmdir(staging)
-    report.warnings.append(
-        f"hid {', '.join(sorted({a for _, a in tops}))} except the interpreter's folders"
-    )
+        report.warnings.append(f"hid {a} except the interpreter's folders")
+    for p, fd in clones:
+        try:
+            _attach(fd, p)
+        finally:
+            os.close(fd)
 
 
 def _enter_namespaces(spec: SandboxSpec, report: SandboxReport) -> bool:
@@ -224,14 +263,7 @@ def _enter_namespaces(spec: SandboxSpec, report: SandboxReport) -> bool:
     bad = _remount_readonly()
     if bad:
         report.warnings.append(f"could not remount read-only: {', '.join(bad[:5])}")
-    size = f"size={spec.max_file_mb}m,mode=1777"
-    for target in ("/tmp", "/dev/shm", "/var/tmp"):
-        if os.path.isdir(target):
-            _check(
-                _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, size), f"tmpfs on {target}"
-            )
-    if as_root:
-        _expose_interpreter(report)
+    _mask(spec, report, as_root)
     report.namespaces = True
     report.user = (
         "nobody (uid 65534) in pid+net+mount+ipc namespaces, read-only filesystem"
