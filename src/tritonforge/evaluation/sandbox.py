@@ -194,7 +194,7 @@ def _clone_tree(path: str) -> int:
 
 
 def _attach(fd: int, target: str) -> None:
-    os.makedirs(target, exist_ok=True)
+    os.makedirs(target, mode=0o755, exist_ok=True)
     _check(
         _libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
         f"move_mount {target}",
@@ -209,8 +209,10 @@ def _mask(spec: SandboxSpec, report: SandboxReport, as_root: bool) -> None:
     masked = [m for m in MASKED if os.path.isdir(m)]
     needed: dict[str, str | None] = {}
     for p in _interpreter_paths():
-        blocked = _blocked_ancestor(p) if as_root else None
-        if blocked or any(_under(p, m) for m in masked):
+        under_masked = any(_under(p, m) for m in masked)
+        # under a masked dir the parents are recreated (0755) inside the new tmpfs: no extra mask
+        blocked = _blocked_ancestor(p) if as_root and not under_masked else None
+        if blocked or under_masked:
             needed[p] = blocked
     tops = [p for p in needed if not any(p != q and _under(p, q) for q in needed)]
     clones: list[tuple[str, int]] = []
