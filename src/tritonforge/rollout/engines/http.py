@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from tritonforge.logging_setup import get_logger
-from tritonforge.types import GenStatus
+from tritonforge.types import Generation, GenStatus
 
 log = get_logger(__name__)
 
@@ -186,3 +187,34 @@ class EndpointClient:
         if self._client is not None and self._loop is asyncio.get_running_loop():
             await self._client.aclose()
         self._client, self._sem, self._loop = None, None, None
+
+
+async def post_generation(
+    http: EndpointClient,
+    url: str,
+    body: Any,
+    timeout: httpx.Timeout,
+    policy: RetryPolicy,
+    parse: Callable[[Any], tuple[list[int], list[float], str | None]],
+    server: str,
+) -> Generation:
+    """POST one generation request; `parse` turns the JSON into (ids, logprobs, finish reason).
+    Transport failures, malformed answers and abort/error finishes come back as statuses."""
+    from tritonforge.rollout.engines.base import failed, status_from_finish_reason
+
+    t0 = time.monotonic()
+    async with http.semaphore:
+        res = await call_json(http.client, "POST", url, body, timeout=timeout, policy=policy)
+    latency = time.monotonic() - t0
+    if not res.ok:
+        return failed(res.status, res.error, latency)
+    try:
+        ids, logprobs, reason = parse(res.data)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        return failed(GenStatus.ERROR, f"malformed {server} response: {exc}", latency)
+    status = status_from_finish_reason(reason)
+    if status not in (GenStatus.OK, GenStatus.LENGTH):
+        return failed(status, f"finish_reason={reason}", latency)
+    return Generation(
+        status=status, token_ids=ids, logprobs=logprobs, finish_reason=reason, latency_s=latency
+    )

@@ -17,7 +17,6 @@ Does not cover: text prompts, streaming, the tensor/distributed weight-update va
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import httpx
@@ -26,11 +25,9 @@ from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.engines.base import (
     EngineConfig,
     SamplingParams,
-    failed,
-    status_from_finish_reason,
 )
-from tritonforge.rollout.engines.http import EndpointClient, RetryPolicy, call_json
-from tritonforge.types import Generation, GenStatus
+from tritonforge.rollout.engines.http import EndpointClient, RetryPolicy, call_json, post_generation
+from tritonforge.types import Generation
 
 log = get_logger(__name__)
 
@@ -116,29 +113,9 @@ class SGLangEngine:
 
     async def _one(self, prompt: list[int], params: SamplingParams, index: int) -> Generation:
         body = self.request_body(prompt, params, index)
-        t0 = time.monotonic()
-        async with self._http.semaphore:
-            res = await call_json(
-                self._http.client,
-                "POST",
-                f"{self.url}/generate",
-                body,
-                timeout=self._timeout,
-                policy=self._policy,
-            )
-        latency = time.monotonic() - t0
-        if not res.ok:
-            return failed(res.status, res.error, latency)
-        try:
-            ids, logprobs, reason = parse_generate_response(res.data)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            return failed(GenStatus.ERROR, f"malformed SGLang response: {exc}", latency)
-        status = status_from_finish_reason(reason)
-        if status not in (GenStatus.OK, GenStatus.LENGTH):
-            message = res.data.get("meta_info", {}).get("finish_reason")
-            return failed(status, f"finish_reason={message}", latency)
-        return Generation(
-            status=status, token_ids=ids, logprobs=logprobs, finish_reason=reason, latency_s=latency
+        url = f"{self.url}/generate"
+        return await post_generation(
+            self._http, url, body, self._timeout, self._policy, parse_generate_response, "SGLang"
         )
 
     async def update_weights(self, path: str, version: int) -> bool:

@@ -22,7 +22,6 @@ when sampling at T != 1 (with top-k/top-p off; see base.py).
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import httpx
@@ -31,11 +30,9 @@ from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.engines.base import (
     EngineConfig,
     SamplingParams,
-    failed,
-    status_from_finish_reason,
 )
-from tritonforge.rollout.engines.http import EndpointClient, RetryPolicy, call_json
-from tritonforge.types import Generation, GenStatus
+from tritonforge.rollout.engines.http import EndpointClient, RetryPolicy, call_json, post_generation
+from tritonforge.types import Generation
 
 log = get_logger(__name__)
 
@@ -156,30 +153,9 @@ class VLLMEngine:
         self, model: str | None, prompt: list[int], params: SamplingParams, index: int
     ) -> Generation:
         body = self.request_body(model, prompt, params, index)
-        t0 = time.monotonic()
-        async with self._http.semaphore:
-            res = await call_json(
-                self._http.client,
-                "POST",
-                f"{self.url}/v1/completions",
-                body,
-                timeout=self._timeout,
-                policy=self._policy,
-            )
-        latency = time.monotonic() - t0
-        if not res.ok:
-            return failed(res.status, res.error, latency)
-        try:
-            choice = res.data["choices"][0]
-            ids, logprobs = parse_completion_choice(choice)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            return failed(GenStatus.ERROR, f"malformed vLLM response: {exc}", latency)
-        reason = choice.get("finish_reason")
-        status = status_from_finish_reason(reason)
-        if status not in (GenStatus.OK, GenStatus.LENGTH):
-            return failed(status, f"finish_reason={reason}", latency)
-        return Generation(
-            status=status, token_ids=ids, logprobs=logprobs, finish_reason=reason, latency_s=latency
+        url = f"{self.url}/v1/completions"
+        return await post_generation(
+            self._http, url, body, self._timeout, self._policy, _parse_completion, "vLLM"
         )
 
     async def _post(
@@ -225,3 +201,9 @@ class VLLMEngine:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def _parse_completion(data: Any) -> tuple[list[int], list[float], str | None]:
+    choice = data["choices"][0]
+    ids, logprobs = parse_completion_choice(choice)
+    return ids, logprobs, choice.get("finish_reason")
