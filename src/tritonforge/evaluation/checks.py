@@ -16,6 +16,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tritonforge.evaluation.kernel_checks import name_chain as _chain
 from tritonforge.evaluation.kernel_checks import python_in_kernel
 from tritonforge.types import Status
 
@@ -174,18 +175,6 @@ ALWAYS = {
 }
 # String constants naming interpreter internals (e.g. for operator.attrgetter): introspection.
 INTROSPECTION_STRINGS = INTROSPECTION_ATTRS | {"__import__", "f_builtins", "gi_code"}
-
-
-def _chain(node: ast.AST) -> tuple[str, ...]:
-    """('torch', 'ops', 'aten') for torch.ops.aten; () when not a plain name chain."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return tuple(reversed(parts))
-    return ()
 
 
 class _Visitor(ast.NodeVisitor):

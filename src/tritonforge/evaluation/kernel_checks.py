@@ -17,7 +17,8 @@ import ast
 ALLOWED_MODULE_ROOTS = {"triton", "math"}
 
 
-def _chain(node: ast.AST) -> tuple[str, ...]:
+def name_chain(node: ast.AST) -> tuple[str, ...]:
+    """('torch', 'ops', 'aten') for torch.ops.aten; () when not a plain name chain."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -32,7 +33,7 @@ def is_jit(fn: ast.AST) -> bool:
     if not isinstance(fn, ast.FunctionDef):
         return False
     for d in fn.decorator_list:
-        c = _chain(d.func if isinstance(d, ast.Call) else d)
+        c = name_chain(d.func if isinstance(d, ast.Call) else d)
         if c and c[-1] == "jit" and ("triton" in c or len(c) == 1):
             return True
     return False
@@ -48,7 +49,7 @@ def _constant(node: ast.AST, modules: dict[str, tuple[str, ...]]) -> bool:
         return _constant(node.left, modules) and _constant(node.right, modules)
     if isinstance(node, ast.Tuple):
         return all(_constant(e, modules) for e in node.elts)
-    c = _chain(node.func if isinstance(node, ast.Call) else node)
+    c = name_chain(node.func if isinstance(node, ast.Call) else node)
     if c and c[0] in modules:  # tl.constexpr(...), tl.float32, math.pi, math.sqrt(2)
         return modules[c[0]][0] in ALLOWED_MODULE_ROOTS and (
             not isinstance(node, ast.Call) or all(_constant(a, modules) for a in node.args)
