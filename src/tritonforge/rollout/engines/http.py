@@ -218,3 +218,12 @@ async def post_generation(
     return Generation(
         status=status, token_ids=ids, logprobs=logprobs, finish_reason=reason, latency_s=latency
     )
+
+
+async def probe(http: EndpointClient, url: str, timeout: httpx.Timeout | float) -> bool:
+    """GET `url` once: True on HTTP 200, False on any other answer or transport error."""
+    try:
+        resp = await http.client.get(url, timeout=timeout)
+    except httpx.HTTPError:
+        return False
+    return resp.status_code == 200

@@ -31,7 +31,13 @@ from tritonforge.rollout.engines.base import (
     EngineConfig,
     SamplingParams,
 )
-from tritonforge.rollout.engines.http import EndpointClient, RetryPolicy, call_json, post_generation
+from tritonforge.rollout.engines.http import (
+    EndpointClient,
+    RetryPolicy,
+    call_json,
+    post_generation,
+    probe,
+)
 from tritonforge.types import Generation
 
 log = get_logger(__name__)
@@ -193,11 +199,7 @@ class VLLMEngine:
         return ok and resumed
 
     async def health(self) -> bool:
-        try:
-            resp = await self._http.client.get(f"{self.url}/health", timeout=self._health_timeout)
-        except httpx.HTTPError:
-            return False
-        return resp.status_code == 200
+        return await probe(self._http, f"{self.url}/health", self._health_timeout)
 
     async def aclose(self) -> None:
         await self._http.aclose()
