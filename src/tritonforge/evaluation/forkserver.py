@@ -224,9 +224,6 @@ class ForkServer:
             self._pids.discard(pid)
             return self._exits.pop(pid)
 
-    def set_rss_limit(self, pid: int, mb: int) -> None:
-        self._request({"op": "watch", "pid": pid, "mb": mb}, None)
-
 
 # ---------------------------------------------------------------------------------------------
 # Server side
@@ -348,11 +345,6 @@ def serve(fd: int) -> None:
                 pid = int(msg.get("pid", -1))
                 if pid in children:
                     _kill_tree(pid)
-                send_msg(sock, {"ok": True})
-            elif op == "watch":
-                pid = int(msg.get("pid", -1))
-                if pid in children:
-                    children[pid] = int(msg.get("mb", 0)) * 1024
                 send_msg(sock, {"ok": True})
             elif op == "exit":
                 break
