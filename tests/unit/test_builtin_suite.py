@@ -159,6 +159,34 @@ def test_cpu_preset_is_small_and_smaller_than_gpu(suites: dict[str, list[Problem
         assert n_gpu >= 1 << 20 and n_gpu > 16 * n_cpu, f"{gpu.id}: gpu {n_gpu} vs cpu {n_cpu}"
 
 
+def _meta_tensor_bytes(src: str) -> tuple[int, int]:
+    """(largest tensor's elements, largest output's bytes) of one forward, on the meta device."""
+    import torch
+
+    namespace: dict[str, Any] = {"__name__": "tf_size_probe"}
+    exec(compile(src, "<reference>", "exec"), namespace)
+    with torch.device("meta"), torch.no_grad():
+        inputs = namespace["get_inputs"]()
+        out = namespace["Model"](*namespace["get_init_inputs"]())(*inputs)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    tensors = [x for x in [*inputs, *outs] if isinstance(x, torch.Tensor)]
+    return max(t.numel() for t in tensors), max(o.numel() * o.element_size() for o in outs)
+
+
+def test_gpu_preset_fits_int32_offsets_and_the_output_file_limit(
+    suites: dict[str, list[Problem]],
+) -> None:
+    from tritonforge.config.eval import Limits
+
+    # int32 offsets (pid * BLOCK + arange) stay exact, and the output memfd a worker writes
+    # stays within its RLIMIT_FSIZE (limits.max_file_mb; larger outputs die of SIGXFSZ).
+    limit = Limits().max_file_mb * 2**20
+    for p in suites["gpu"]:
+        largest, out_bytes = _meta_tensor_bytes(p.reference_src)
+        assert largest <= 2**28, f"{p.id}: a tensor of {largest} elements"
+        assert out_bytes <= limit, f"{p.id}: output of {out_bytes} bytes > {limit}"
+
+
 def test_flops_and_bytes_evaluate(suites: dict[str, list[Problem]]) -> None:
     for cpu, gpu in zip(suites["cpu"], suites["gpu"], strict=True):
         for p in (cpu, gpu):
@@ -170,9 +198,9 @@ def test_flops_and_bytes_evaluate(suites: dict[str, list[Problem]]) -> None:
     assert by_name["relu"].flops == 16 * 1000  # cpu preset batch_size=16, dim=1000
     assert by_name["relu"].bytes_moved == 8 * 16 * 1000
     gpu_relu = next(p for p in suites["gpu"] if p.name == "relu")
-    assert gpu_relu.flops == 4096 * 8192
+    assert gpu_relu.flops == 16384 * 8192
     assert "batch_size = 16\n" in by_name["relu"].reference_src
-    assert "batch_size = 4096\n" in gpu_relu.reference_src
+    assert "batch_size = 16384\n" in gpu_relu.reference_src
 
 
 def test_unknown_size_lists_valid_ones() -> None:

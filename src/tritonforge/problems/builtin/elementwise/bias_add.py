@@ -13,7 +13,7 @@ class Model(nn.Module):
         return x + bias
 
 
-batch_size = 4096
+batch_size = 16384
 dim = 8192
 
 

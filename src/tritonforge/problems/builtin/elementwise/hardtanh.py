@@ -14,7 +14,7 @@ class Model(nn.Module):
         return torch.nn.functional.hardtanh(x, min_val=self.min_val, max_val=self.max_val)
 
 
-batch_size = 4096
+batch_size = 16384
 dim = 8192
 min_val = -1.0
 max_val = 1.0

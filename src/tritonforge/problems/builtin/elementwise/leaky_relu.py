@@ -13,7 +13,7 @@ class Model(nn.Module):
         return torch.nn.functional.leaky_relu(x, negative_slope=self.negative_slope)
 
 
-batch_size = 4096
+batch_size = 16384
 dim = 8192
 negative_slope = 0.01
 

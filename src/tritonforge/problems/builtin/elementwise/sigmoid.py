@@ -12,7 +12,7 @@ class Model(nn.Module):
         return torch.sigmoid(x)
 
 
-batch_size = 4096
+batch_size = 16384
 dim = 8192
 
 

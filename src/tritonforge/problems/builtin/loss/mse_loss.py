@@ -13,7 +13,7 @@ class Model(nn.Module):
         return torch.mean((predictions - targets) ** 2)
 
 
-batch_size = 4096
+batch_size = 16384
 dim = 4096
 
 

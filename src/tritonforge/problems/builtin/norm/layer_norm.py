@@ -14,7 +14,7 @@ class Model(nn.Module):
         return self.ln(x)
 
 
-batch_size = 16
+batch_size = 64
 seq_len = 512
 features = 4096
 

@@ -13,7 +13,7 @@ class Model(nn.Module):
         return torch.argmax(x, dim=self.dim)
 
 
-batch_size = 64
+batch_size = 256
 dim1 = 512
 dim2 = 1024
 reduce_dim = 1

@@ -13,7 +13,7 @@ class Model(nn.Module):
         return x / torch.norm(x, p=2, dim=1, keepdim=True)
 
 
-batch_size = 4096
+batch_size = 16384
 dim = 8192
 
 

@@ -13,7 +13,7 @@ class Model(nn.Module):
         return torch.cumsum(x, dim=self.dim)
 
 
-batch_size = 4096
+batch_size = 16384
 length = 4096
 scan_dim = 1
 
