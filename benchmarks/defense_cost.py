@@ -9,9 +9,11 @@ Timing trials (GPU) are switched off: they run without these defenses anyway.
 
 Prints one JSON object: per problem the median seconds of the correctness phases (first trial +
 the rest) and of the whole evaluation, on and off, their difference and ratio, plus the static
-rules' cost. Usage:
-    python benchmarks/defense_cost.py [--device auto|cpu|cuda] [--repeats 5] [--trials 5]
-        [--problems relu,softmax,layer_norm,matmul_square,gemm_bias_relu]
+rules' cost. With --out the same object is also written there, rewritten after every problem
+(a time-boxed run keeps what it finished). Usage:
+    python benchmarks/defense_cost.py [--device auto|cpu|cuda] [--size cpu|gpu] [--repeats 5]
+        [--trials 5] [--problems relu,softmax,layer_norm,matmul_square,gemm_bias_relu]
+        [--out defense_cost.json]
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -70,17 +74,30 @@ def measure(ev: Evaluator, problem, s: EvalSettings, repeats: int) -> dict:
     return out
 
 
+def summarize(result: dict) -> None:
+    """Medians over the problems measured so far."""
+    extra = [p["judged"]["extra_s"] for p in result["problems"].values()]
+    ratio = [p["judged"]["ratio"] for p in result["problems"].values() if p["judged"]["ratio"]]
+    result["median_extra_s_per_candidate"] = round(statistics.median(extra), 4)
+    result["median_ratio"] = round(statistics.median(ratio), 3) if ratio else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--problems", default=DEFAULT_PROBLEMS)
+    ap.add_argument("--size", choices=["cpu", "gpu"], help="size preset (default: the device's)")
+    ap.add_argument("--out", type=Path, help="also write the JSON here, after every problem")
     args = ap.parse_args()
     s = EvalSettings(device=args.device, correctness_trials=args.trials, measure_performance=False)
     device = resolve_device(s)
-    size = "cpu" if device == "cpu" else "gpu"
+    size = args.size or ("cpu" if device == "cpu" else "gpu")
     suite = {p.name: p for p in load_suite("builtin", size=size)}
+    unknown = sorted(set(args.problems.split(",")) - set(suite))
+    if unknown:
+        ap.error(f"unknown problems {unknown}; see `tritonforge problems list --suite builtin`")
     result: dict = {
         "device": device,
         "gpu": torch.cuda.get_device_name(0) if device != "cpu" else None,
@@ -95,11 +112,12 @@ def main() -> int:
         first = suite[args.problems.split(",")[0]]
         ev.evaluate(first, first.solution_src, s)  # start the fork server outside the timings
         for name in args.problems.split(","):
+            t0 = time.perf_counter()
             result["problems"][name] = measure(ev, suite[name], s, args.repeats)
-    extra = [p["judged"]["extra_s"] for p in result["problems"].values()]
-    ratio = [p["judged"]["ratio"] for p in result["problems"].values() if p["judged"]["ratio"]]
-    result["median_extra_s_per_candidate"] = round(statistics.median(extra), 4)
-    result["median_ratio"] = round(statistics.median(ratio), 3) if ratio else None
+            summarize(result)
+            print(f"{name}: done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+            if args.out:
+                args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0
 

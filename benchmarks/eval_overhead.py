@@ -14,7 +14,8 @@ For a sample of built-in problems (their reference Triton solutions as candidate
 
 Usage: python benchmarks/eval_overhead.py [--device cpu|cuda] [--size cpu|gpu] [--sample N]
        [--problems a,b] [--repeats R] [--out results.json]
-Prints one JSON document on stdout (and writes it to --out). Device-agnostic: on a GPU run
+Prints one JSON document on stdout (and writes it to --out, after every problem, with
+`finished` false until the last). Device-agnostic: on a GPU run
 `--device cuda --size gpu`; the engine's GPU timing calls are counted as candidate runs.
 """
 
@@ -180,7 +181,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 }
             )
             print(f"{p.id}: {json.dumps(rows[-1])}", file=sys.stderr)
-    cold_own = rows[0]["own_total_s"]
+            result = summarize(args, settings, calls, (problems[0], cold_wall, preload_s), rows)
+            if args.out:  # after every problem: a time-boxed run keeps what it finished
+                write(args.out, {**result, "finished": len(rows) == len(problems)})
+    return result
+
+
+def summarize(
+    args: argparse.Namespace,
+    settings: Any,
+    calls: int,
+    cold: tuple[Any, float, Any],
+    rows: list[dict[str, Any]],
+) -> dict[str, Any]:
+    first, cold_wall, preload_s = cold
     warm_over = [r["overhead_warm_s"] for r in rows]
     first_over = [r["overhead_first_s"] for r in rows if r["overhead_first_s"] is not None]
     target = TARGET_S["cpu" if args.device == "cpu" else "cuda"]
@@ -197,10 +211,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "repeats": args.repeats,
         },
         "cold_start": {
-            "problem": problems[0].id,
+            "problem": first.id,
             "wall_s": round(cold_wall, 3),
             "fork_server_preload_s": preload_s,
-            "overhead_s": round(cold_wall - cold_own, 3),
+            "overhead_s": round(cold_wall - rows[0]["own_total_s"], 3),
         },
         "problems": rows,
         "median_overhead_warm_s": round(statistics.median(warm_over), 4),
@@ -210,6 +224,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "target_s": target,
         "meets_target": statistics.median(warm_over) <= target,
     }
+
+
+def write(path: Path, result: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,11 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     result = measure(args)
-    text = json.dumps(result, indent=2)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+        write(args.out, {**result, "finished": True})
+    print(json.dumps(result, indent=2))
     return 0
 
 

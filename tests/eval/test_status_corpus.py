@@ -113,6 +113,17 @@ def test_status_cpu(cpu_evaluator: Evaluator, case: dict[str, Any]) -> None:
         assert v.wall_seconds < 3.0 + 15.0
 
 
+@pytest.mark.parametrize("name", ["no_code", "syntax_error", "missing_model_new", "reward_hack"])
+def test_static_verdicts_name_the_requested_device(name: str) -> None:
+    # Regression (H200, 2026-12-02): verdicts decided by the static checks said device "cpu" on
+    # a CUDA evaluator. They run nothing, so no GPU is needed to check the label.
+    source = (CORPUS / f"{name}.py").read_text()
+    with Evaluator(EvalSettings(device="cuda", device_index=0, secret_seed=1)) as ev:
+        v = ev.evaluate(PROBLEM, source, EvalSettings(device="cuda", device_index=0))
+    assert v.phase == "static" and v.status.value == name
+    assert v.device == "cuda:0"
+
+
 def test_every_status_is_covered() -> None:
     """The corpus names every Status a candidate can cause (internal_error is the judge's own)."""
     named = {c["status"] for c in CASES} | {c.get("cpu_status") for c in CASES}

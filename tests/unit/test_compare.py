@@ -4,7 +4,7 @@ Covers: exact shapes (no broadcasting), output counts and kinds, dtype mismatche
 formula |got - expected| <= atol * max(1, rms(expected)) + rtol * |expected| with per-dtype and
 per-problem values, the NaN/Inf policies (match, forbid, inf sign), integer/bool/complex/0-d/empty
 tensors and scalar outputs, and the mismatch details (worst index, expected vs got, counts,
-max/mean abs diff).
+max/mean abs diff); the TF32 hint added to GPU mismatch feedback (tf32_hint).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.compare import compare, output_bytes
+from tritonforge.evaluation.compare import compare, output_bytes, tf32_hint
 from tritonforge.types import Status
 
 TOL = EvalSettings().tolerance  # fp32 1e-4, fp16 1e-2, bf16 2e-2, fp64 1e-7
@@ -179,3 +179,29 @@ def test_mismatch_reports_first_failing_output() -> None:
 def test_output_bytes() -> None:
     value = (torch.zeros(3, 4), [torch.zeros(2, dtype=torch.float16), 5], None)
     assert output_bytes(value) == 3 * 4 * 4 + 2 * 2
+
+
+DOT_FP32 = "acc += tl.dot(a, b)\n"
+
+
+@pytest.mark.parametrize(
+    "source,expected,hinted",
+    [
+        (DOT_FP32, torch.zeros(2), True),
+        (DOT_FP32, (torch.zeros(2, dtype=torch.int64), torch.zeros(2)), True),  # any fp32 output
+        ('acc += tl.dot(a, b, input_precision="ieee")\n', torch.zeros(2), False),
+        ("acc += tl.dot(a, b, input_precision='ieee')\n", torch.zeros(2), False),
+        ("acc += tl.dot(a, b, allow_tf32=False)\n", torch.zeros(2), False),
+        (DOT_FP32, torch.zeros(2, dtype=torch.float16), False),  # TF32 is not the issue in fp16
+        ("y = tl.maximum(x, 0.0)\n", torch.zeros(2), False),  # no tl.dot at all
+    ],
+)
+def test_tf32_hint_only_for_default_precision_dot_with_fp32_outputs(
+    source: str, expected, hinted: bool
+) -> None:
+    # Regression (H200, 2026-12-02): three legit GEMM files used tl.dot's default precision and
+    # failed fp32 1e-4 with nothing in the feedback that named TF32 as the cause.
+    hint = tf32_hint(source, expected)
+    assert bool(hint) is hinted
+    if hinted:
+        assert 'input_precision="ieee"' in hint and "TF32" in hint

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from pydantic import Field
 
@@ -42,3 +44,16 @@ def test_partial_override_keeps_tuned_base() -> None:
     cfg = load_config(Outer, None, ["inner.a=8"], base=base)
     assert (cfg.inner.a, cfg.inner.b, cfg.n) == (8, "tuned", 1.5)
     assert with_overrides(base, ["n=3"]).inner.b == "tuned"
+
+
+def test_reference_cache_bound_defaults_to_a_quarter_of_ram_and_is_not_part_of_the_key() -> None:
+    # Regression: a fixed 4 GiB bound held fewer than one problem's cases at the H200 gpu preset
+    # (about 1 GiB per case), so the judge recomputed references on every evaluation.
+    from tritonforge.config.eval import EvalSettings
+
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert EvalSettings().reference_cache_bytes() == max(4 << 30, ram // 4)
+    assert EvalSettings(reference_cache_mb=512).reference_cache_bytes() == 512 << 20
+    assert EvalSettings(reference_cache_mb=512).cache_key() == EvalSettings().cache_key()
+    with pytest.raises(ValueError):
+        EvalSettings(reference_cache_mb=1)

@@ -2,9 +2,10 @@
 (evaluation/audit_hook.py), on hand-made facts.
 
 Covers: the order of decide_audit's rules, strict vs hybrid, the caching check (stale outputs,
-provenance failures on the repeated call), the hybrid minimum share, audit_switches; which
-interpreter events map to which rule and when they are allowed for a given origin (filesystem
-paths inside/outside scratch, frames handed out by stdlib helpers, imports).
+provenance failures on the repeated call), the hybrid minimum share, audit_switches, the
+post-timing rule (changed_after_timing); which interpreter events map to which rule and when
+they are allowed for a given origin (filesystem paths inside/outside scratch, frames handed out
+by stdlib helpers, imports).
 Does not cover: collecting the facts in a real worker (tests/eval/test_attacks.py).
 """
 
@@ -16,6 +17,7 @@ from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation import audit_hook, decide
 from tritonforge.evaluation.audit_hook import Origin
 from tritonforge.evaluation.audit_state import STATE
+from tritonforge.types import Status
 
 CLEAN = {"launches_ok": 2, "snapshotted": 2, "wrote_any": True, "ops": {}, "violations": []}
 WRITTEN = {"numel": 10, "launched_on": True, "from_kernel": True}
@@ -188,3 +190,14 @@ def test_import_guard_blocks_forbidden_roots(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(ImportError, match="relative"):
         imp("x", None, None, (), 1)
     assert STATE.violations[0].startswith("forbidden_import: import of socket")
+
+
+def test_changed_after_timing_names_the_rule_and_the_failure() -> None:
+    # Regression (H200, 2026-12-02): a per-tensor cache that returned stale outputs only inside
+    # the timing loop came back as a plain numerical_mismatch instead of a reward hack.
+    rule, message = decide.changed_after_timing(
+        Status.NUMERICAL_MISMATCH, "output 0: 12/100 elements differ"
+    )
+    assert rule == "changed_after_timing"
+    assert "numerical_mismatch: output 0: 12/100 elements differ" in message
+    assert "state kept across calls" in message

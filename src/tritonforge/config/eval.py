@@ -6,6 +6,7 @@ and the rollout config. Does not cover: server settings (see config.server).
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import Field
@@ -31,7 +32,9 @@ class Limits(Section):
     cpu_seconds: int = Field(900, ge=1, description="RLIMIT_CPU of the child")
     max_processes: int = Field(512, ge=16, description="RLIMIT_NPROC inside the sandbox")
     max_open_files: int = Field(1024, ge=64)
-    max_file_mb: int = Field(512, ge=1, description="RLIMIT_FSIZE and scratch tmpfs size")
+    max_file_mb: int = Field(
+        2048, ge=1, description="RLIMIT_FSIZE (caps output memfds too) and scratch tmpfs size"
+    )
     output_bytes: int = Field(
         16384, ge=256, description="stdout/stderr kept per stream (head+tail)"
     )
@@ -81,12 +84,29 @@ class EvalSettings(Section):
     secret_seed: int | None = Field(
         None, description="base of hidden input seeds; None = random per judge"
     )
+    reference_cache_mb: int | None = Field(
+        None,
+        ge=64,
+        description="bound of the judge's cache of reference inputs/outputs; None = a quarter "
+        "of the host's RAM (at least 4096)",
+    )
     budgets: Budgets = Field(default_factory=Budgets)
     limits: Limits = Field(default_factory=Limits)
+
+    def reference_cache_bytes(self) -> int:
+        if self.reference_cache_mb is not None:
+            return self.reference_cache_mb << 20
+        try:
+            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            ram = 0
+        return max(4 << 30, ram // 4)
 
     def tolerance(self, dtype: str) -> float:
         return self.tolerances.get(dtype.replace("torch.", ""), 1e-4)
 
     def cache_key(self) -> dict:
         """Settings that change a verdict (the secret seed is left out on purpose)."""
-        return self.model_dump(mode="json", exclude={"secret_seed", "device_index"})
+        return self.model_dump(
+            mode="json", exclude={"secret_seed", "device_index", "reference_cache_mb"}
+        )

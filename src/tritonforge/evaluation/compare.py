@@ -22,6 +22,25 @@ def _as_list(value: Any) -> list[Any]:
     return [value]
 
 
+_TF32_OFF = ('input_precision="ieee"', "input_precision='ieee'", "allow_tf32=False")
+
+
+def tf32_hint(source: str, expected: Any) -> str:
+    """Feedback for the most common GPU mismatch: tl.dot on fp32 rounds its inputs to TF32.
+
+    Empty unless the source calls tl.dot without asking for IEEE precision and an expected
+    output is fp32 (on the CPU interpreter tl.dot is exact, so the judge asks only on a GPU).
+    """
+    if "tl.dot(" not in source or any(flag in source for flag in _TF32_OFF):
+        return ""
+    if not any(x.dtype == torch.float32 for x in flatten_tensors(expected)):
+        return ""
+    return (
+        " (hint: on NVIDIA GPUs tl.dot rounds fp32 inputs to TF32 by default, about 1e-3 "
+        'relative error; pass input_precision="ieee" for fp32 accuracy)'
+    )
+
+
 def compare(
     expected: Any,
     got: Any,

@@ -4,7 +4,8 @@ Covers: `decide_audit` (after each correctness trial: blocked actions, PyTorch c
 mode, no launch, outputs not produced by a kernel, decoy launches, aliasing, broadcast outputs,
 results cached across calls (the last trial calls forward twice on the same tensors), minimum
 custom-kernel share in hybrid mode, unsolicited frames), `decide_timing` (timed calls that
-skipped their kernels, implausible speedups), `audit_record` (the Audit summary for the
+skipped their kernels, implausible speedups), `changed_after_timing` (wrong after the timing
+loop although every trial passed), `audit_record` (the Audit summary for the
 verdict) and `audit_switches` (the in-process audit on/off, for measuring its cost).
 Each rule returns (name, reason); names are documented in docs/security.md.
 Does not cover: collecting the facts (audit.py, worker.py).
@@ -16,7 +17,7 @@ from typing import Any
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.timing import roofline_ms
-from tritonforge.types import Audit, Problem, Verdict
+from tritonforge.types import Audit, Problem, Status, Verdict
 
 # Rules reported by the worker that hybrid mode tolerates (KernelBench-style partial replacement).
 HYBRID_TOLERATED = {"host_read"}
@@ -146,6 +147,18 @@ def decide_timing(
             )
         v.notes.append(f"suspicious: speedup {v.speedup:.1f}x above {s.max_plausible_speedup:g}x")
     return None
+
+
+def changed_after_timing(status: Status, why: str) -> tuple[str, str]:
+    """Rule and message for a candidate that passed every correctness trial on fresh inputs but
+    fails the re-check right after the timing loop: its outputs depend on state the loop built
+    up (a cache keyed to the timed tensor, a call counter)."""
+    return (
+        "changed_after_timing",
+        "correct in every correctness trial, but wrong on fresh inputs right after the timing "
+        f"loop ({status.value}: {why}): outputs must depend only on the current inputs, never on "
+        "state kept across calls (a race in a kernel can also show up here)",
+    )
 
 
 def audit_record(records: list[dict[str, Any]]) -> Audit:

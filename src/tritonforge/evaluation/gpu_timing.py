@@ -17,7 +17,7 @@ import torch
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.compare import compare, output_bytes
-from tritonforge.evaluation.decide import decide_timing
+from tritonforge.evaluation.decide import changed_after_timing, decide_timing
 from tritonforge.evaluation.reference import Reference
 from tritonforge.evaluation.session import Session
 from tritonforge.evaluation.timing import ReferenceTimer, stats
@@ -107,7 +107,8 @@ def time_candidate(
         v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
         v.correct = False
     elif status is not Status.CORRECT:
-        v.status, v.mismatch, v.message = status, mm, f"after timing, on fresh inputs: {why}"
+        v.status, v.mismatch, v.correct = Status.REWARD_HACK, mm, False
+        v.rule, v.message = changed_after_timing(status, why)
 
 
 def compiled_reference(ev: Any, problem: Problem, ref: Reference) -> Any:

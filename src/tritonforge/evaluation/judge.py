@@ -22,7 +22,7 @@ from typing import Any
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.checks import run_static
-from tritonforge.evaluation.compare import compare
+from tritonforge.evaluation.compare import compare, tf32_hint
 from tritonforge.evaluation.decide import (
     audit_record,
     audit_switches,
@@ -34,7 +34,13 @@ from tritonforge.evaluation.protocol import Deadline, PeerClosed, ProtocolError,
 from tritonforge.evaluation.reference import INIT_SEED, Reference, ReferenceError, ReferenceStore
 from tritonforge.evaluation.rewards import compute_reward
 from tritonforge.evaluation.session import Session, describe_exit
-from tritonforge.evaluation.workerenv import base_env, private_scratch, resolve_device, worker_spec
+from tritonforge.evaluation.workerenv import (
+    base_env,
+    device_label,
+    private_scratch,
+    resolve_device,
+    worker_spec,
+)
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 
@@ -45,9 +51,9 @@ class Evaluator:
     """Thread-safe judge. One fork server per device, a shared reference cache, a timing lock
     per GPU (correctness of many candidates overlaps; timing is exclusive)."""
 
-    def __init__(self, settings: EvalSettings | None = None, cache_bytes: int = 4 << 30):
+    def __init__(self, settings: EvalSettings | None = None, cache_bytes: int | None = None):
         self.settings = settings or EvalSettings()
-        self.refs = ReferenceStore(cache_bytes)
+        self.refs = ReferenceStore(cache_bytes or self.settings.reference_cache_bytes())
         self.secret = (
             self.settings.secret_seed
             if self.settings.secret_seed is not None
@@ -135,7 +141,11 @@ class Evaluator:
         static = run_static(source, s.mode, s.backend)
         if static.status is not None:
             return Verdict(
-                status=static.status, rule=static.rule, message=static.message, phase="static"
+                status=static.status,
+                rule=static.rule,
+                message=static.message,
+                phase="static",
+                device=device_label(s),  # judged without running: the device it was meant for
             )
         device = resolve_device(s)
         if s.backend == "cuda" and device == "cpu":
@@ -362,6 +372,8 @@ class Evaluator:
                 notes,
             )
             if stop is not None:
+                if stop.status is Status.NUMERICAL_MISMATCH and device != "cpu":
+                    stop.message += tf32_hint(source, case.expected)
                 return stop
         n = len(plan)
         v = Verdict(

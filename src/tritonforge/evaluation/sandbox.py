@@ -61,7 +61,7 @@ class SandboxSpec:
     cpu_seconds: int = 900
     max_processes: int = 512
     max_open_files: int = 1024
-    max_file_mb: int = 512
+    max_file_mb: int = 2048
     scratch: str = ""  # rlimits mode: a private dir made by the judge; namespaces: inside tmpfs
     env: dict[str, str] = field(default_factory=dict)
 

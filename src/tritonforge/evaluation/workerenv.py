@@ -1,8 +1,8 @@
 """Where and how a worker runs: device resolution, the minimal environment, the sandbox spec.
 
-Covers: `resolve_device`, `base_env` (no secrets; device pinned; set before torch is imported
-in the fork server), `worker_spec` (the SandboxSpec of one candidate) and `private_scratch` (the
-scratch dir of the rlimits-only mode). Does not cover: applying them (sandbox.py, forkserver.py).
+Covers: `device_label`/`resolve_device`, `base_env` (no secrets; device pinned; set before torch
+is imported in the fork server), `worker_spec` (the SandboxSpec of one candidate) and
+`private_scratch` (the scratch dir of the rlimits-only mode). Does not cover: applying them (sandbox.py, forkserver.py).
 """
 
 from __future__ import annotations
@@ -33,12 +33,19 @@ _KEEP_ENV = (
 )
 
 
-def resolve_device(settings: EvalSettings) -> str:
+def device_label(settings: EvalSettings) -> str:
+    """The device a candidate is judged on, as verdicts name it ("cpu" or "cuda:N")."""
     if settings.device == "cpu" or (settings.device == "auto" and not torch.cuda.is_available()):
         return "cpu"
-    if not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' was requested but torch sees no CUDA device")
     return f"cuda:{settings.device_index}"
+
+
+def resolve_device(settings: EvalSettings) -> str:
+    """device_label, and an error when CUDA was asked for but torch sees none."""
+    device = device_label(settings)
+    if device != "cpu" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' was requested but torch sees no CUDA device")
+    return device
 
 
 def base_env(device: str) -> dict[str, str]:

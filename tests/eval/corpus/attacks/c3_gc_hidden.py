@@ -1,4 +1,6 @@
-"""Class 3: reach gc through a library module attribute (triton.testing.gc)."""
+"""Class 3: reach gc through a library module attribute (triton.testing.gc where that Triton
+imports gc, else torch.cuda.graphs.gc)."""
+import torch.cuda.graphs
 import triton.testing
 import torch
 import torch.nn as nn
@@ -21,7 +23,7 @@ def launch_relu(x, out):
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        heap = triton.testing.gc.get_objects()
+        heap = (getattr(triton.testing, "gc", None) or torch.cuda.graphs.gc).get_objects()
         out = torch.empty_like(x)
         launch_relu(x, out)
         return out
