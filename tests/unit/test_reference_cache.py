@@ -1,5 +1,7 @@
 """Reference cache: eviction must not close a case's memfd while an evaluation still holds it.
 
+Also: outputs kept in device memory are bounded per device.
+
 Regression: on the H200 suite run (43 GPU-size problems, 6 workers) the LRU evicted a case and
 closed its fd while another thread was about to `os.dup` it, giving an internal_error (EBADF).
 """
@@ -55,3 +57,20 @@ def test_cached_case_is_reused() -> None:
     b = store.case(ref, seed=7, dist="shifted")
     assert a is b
     assert float(a.inputs[0].mean()) > 0.5  # shifted: non-zero mean
+
+
+def test_device_resident_outputs_have_their_own_bound() -> None:
+    # Expected outputs live on the judge's device: the cache keeps at most a quarter of that
+    # device's memory there, whatever the host bound. The meta device stands in for a GPU
+    # (no data, real byte counts); its bound is set by hand to two cases' outputs.
+    store = ReferenceStore()
+    store._device_limits["meta"] = 2 * 4096 * 4
+    ref = store.reference(Problem(id="t/relu", suite="t", name="relu", reference_src=SRC), "meta")
+    first = store.case(ref, seed=1, dist="native")
+    assert first.device_bytes == 4096 * 4 and first.nbytes > first.device_bytes
+    store.case(ref, seed=2, dist="native")
+    assert store.case(ref, seed=1, dist="native") is first  # two cases fit
+    store.case(ref, seed=3, dist="native")  # a third evicts the least recently used (seed 2)
+    assert store._device_bytes["meta"] == 2 * 4096 * 4
+    assert store.case(ref, seed=1, dist="native") is first
+    assert len(store._cases) == 2

@@ -93,7 +93,7 @@ def time_candidate(
         raise Stop(ev._from_failure(reply, "correctness", True))
     status, mm, why = compare(
         post.expected,
-        ev._outputs(reply, fds),
+        ev._outputs(reply, fds, device),
         s.tolerance,
         s.nan_policy,
         problem.atol,

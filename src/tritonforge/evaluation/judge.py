@@ -356,7 +356,7 @@ class Evaluator:
                 v = self._from_failure(reply, phase, compiled)
                 v.trials_total, v.trials_passed = s.correctness_trials, i
                 return v
-            outputs = self._outputs(reply, fds)
+            outputs = self._outputs(reply, fds, device)
             records.append(reply["audit"])
             stop = self._check_trial(
                 i,
@@ -389,11 +389,13 @@ class Evaluator:
             time_candidate(self, session, problem, ref, s, device, v, phases, records)
         return v
 
-    def _outputs(self, reply: dict[str, Any], fds: list[int]) -> Any:
+    def _outputs(self, reply: dict[str, Any], fds: list[int], device: str) -> Any:
+        """The worker's outputs, copied once into the judge's memory on `device` (where the
+        expected outputs live, so the comparison runs there)."""
         try:
             if len(fds) != 1:
                 raise ProtocolError(f"expected one output buffer, got {len(fds)}")
-            return unpack(reply.get("outputs") or {}, fds[0])
+            return unpack(reply.get("outputs") or {}, fds[0], device=device)
         except ProtocolError as exc:
             raise Stop(
                 Verdict(

@@ -178,20 +178,18 @@ def _collect(value: Any, tensors: list[torch.Tensor], depth: int = 0) -> Any:
 
 
 def pack(value: Any, seal: bool = True) -> tuple[dict[str, Any], int]:
-    """Write all tensors in `value` (copied to host, contiguous) into one memfd.
+    """Write all tensors in `value` (contiguous, copied to host) into one memfd.
 
     Returns (descriptor, fd). The fd is sealed read-only when `seal` so a receiver can map it but
-    never change it. The caller closes the fd after sending.
+    never change it. The caller closes the fd after sending. Device tensors are copied straight
+    into the shared mapping (one device-to-host copy, no staging buffer).
     """
     tensors: list[torch.Tensor] = []
     tree = _collect(value, tensors)
     metas, offset = [], 0
-    host: list[torch.Tensor] = []
+    sources: list[torch.Tensor] = []
     for t in tensors:
-        h = t.detach()
-        if h.device.type != "cpu":
-            h = h.cpu()
-        h = h.contiguous()
+        h = t.detach().contiguous()
         nbytes = h.numel() * h.element_size()
         metas.append(
             {
@@ -202,13 +200,13 @@ def pack(value: Any, seal: bool = True) -> tuple[dict[str, Any], int]:
                 "nbytes": nbytes,
             }
         )
-        host.append(h)
+        sources.append(h)
         offset += (nbytes + 63) // 64 * 64
     fd = os.memfd_create("tf-values", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, max(offset, 1))
     if offset:
         with mmap.mmap(fd, offset, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as mm:
-            for h, meta in zip(host, metas):
+            for h, meta in zip(sources, metas):
                 if meta["nbytes"]:
                     view = torch.frombuffer(
                         mm, dtype=torch.uint8, count=meta["nbytes"], offset=meta["offset"]
@@ -226,8 +224,11 @@ def pack(value: Any, seal: bool = True) -> tuple[dict[str, Any], int]:
     return {"tree": tree, "tensors": metas, "size": offset}, fd
 
 
-def unpack(desc: dict[str, Any], fd: int, keep_strides: bool = False) -> Any:
-    """Rebuild the value described by `desc` from `fd`, copying tensors into private memory.
+def unpack(
+    desc: dict[str, Any], fd: int, keep_strides: bool = False, device: str | None = None
+) -> Any:
+    """Rebuild the value described by `desc` from `fd`, copying tensors into private memory:
+    host memory, or with `device` (e.g. "cuda:0") straight into device memory (one copy).
 
     Validates every field: an attacker-controlled descriptor can at worst raise ProtocolError.
     """
@@ -241,14 +242,16 @@ def unpack(desc: dict[str, Any], fd: int, keep_strides: bool = False) -> Any:
     mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ) if size else None
     try:
         for meta in metas:
-            tensors.append(_tensor_from(meta, mm, size, keep_strides))
+            tensors.append(_tensor_from(meta, mm, size, keep_strides, device))
     finally:
         if mm is not None:
             mm.close()
     return _build(desc.get("tree"), tensors, 0)
 
 
-def _tensor_from(meta: Any, mm: mmap.mmap | None, size: int, keep_strides: bool) -> torch.Tensor:
+def _tensor_from(
+    meta: Any, mm: mmap.mmap | None, size: int, keep_strides: bool, device: str | None
+) -> torch.Tensor:
     if not isinstance(meta, dict):
         raise ProtocolError("bad tensor descriptor")
     name = meta.get("dtype")
@@ -269,12 +272,15 @@ def _tensor_from(meta: Any, mm: mmap.mmap | None, size: int, keep_strides: bool)
     itemsize = torch.empty((), dtype=dtype).element_size()
     if numel * itemsize != nbytes or offset + nbytes > size:
         raise ProtocolError("tensor descriptor does not fit the shared buffer")
+    on_device = device is not None and device != "cpu"
     if nbytes == 0:
-        out = torch.empty(shape, dtype=dtype)
+        out = torch.empty(shape, dtype=dtype, device=device if on_device else "cpu")
     else:
         with warnings.catch_warnings():  # read-only mapping; we copy out at once
             warnings.simplefilter("ignore", UserWarning)
-            raw = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset).clone()
+            raw = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset)
+            # the copy is synchronous: the mapping may be closed (or changed) once it returns
+            raw = raw.to(device) if on_device else raw.clone()
         out = raw.view(dtype).reshape(shape)
     strides = meta.get("strides")
     if (
@@ -285,7 +291,7 @@ def _tensor_from(meta: Any, mm: mmap.mmap | None, size: int, keep_strides: bool)
     ):
         if all(isinstance(s, int) and s >= 0 for s in strides):
             try:
-                strided = torch.empty_strided(shape, strides, dtype=dtype)
+                strided = torch.empty_strided(shape, strides, dtype=dtype, device=out.device)
                 strided.copy_(out)
                 out = strided
             except RuntimeError:

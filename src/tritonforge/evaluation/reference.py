@@ -75,6 +75,7 @@ class Case:
     desc: dict[str, Any]
     fd: int
     nbytes: int
+    device_bytes: int = 0  # of nbytes, those held in device memory (the expected outputs)
 
     def close(self) -> None:
         """Close the memfd once; idempotent."""
@@ -132,6 +133,8 @@ class ReferenceStore:
         self._refs: dict[tuple[str, str, str], Reference] = {}
         self._cases: OrderedDict[tuple, Case] = OrderedDict()
         self._bytes = 0
+        self._device_bytes: dict[str, int] = {}
+        self._device_limits: dict[str, int] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -177,23 +180,41 @@ class ReferenceStore:
                     f"reference {ref.problem.id} failed on its own inputs: {type(exc).__name__}: {exc}"
                 ) from exc
             desc, fd = pack(inputs)
-            nbytes = desc["size"] + sum(
-                t.numel() * t.element_size() for t in flatten_tensors(expected)
+            out_bytes = sum(t.numel() * t.element_size() for t in flatten_tensors(expected))
+            on_device = ref.device != "cpu"
+            case = Case(
+                inputs, expected, desc, fd, desc["size"] + out_bytes, out_bytes if on_device else 0
             )
-            case = Case(inputs, expected, desc, fd, nbytes)
         with self._lock:
             if key in self._cases:
                 case.close()
                 return self._cases[key]
             self._cases[key] = case
             self._bytes += case.nbytes
-            while self._bytes > self.max_bytes and len(self._cases) > 1:
-                _, old = self._cases.popitem(last=False)
+            self._device_bytes[ref.device] = (
+                self._device_bytes.get(ref.device, 0) + case.device_bytes
+            )
+            while len(self._cases) > 1 and (
+                self._bytes > self.max_bytes
+                or self._device_bytes[ref.device] > self._device_bound(ref.device)
+            ):
+                old_key, old = self._cases.popitem(last=False)
                 self._bytes -= old.nbytes  # closed by Case.__del__ once no thread holds it
+                self._device_bytes[old_key[2]] -= old.device_bytes
         return case
+
+    def _device_bound(self, device: str) -> float:
+        """Expected outputs kept on a GPU: at most a quarter of its memory (candidates need it)."""
+        if device == "cpu":
+            return float("inf")
+        if device not in self._device_limits:
+            total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+            self._device_limits[device] = total // 4
+        return self._device_limits[device]
 
     def clear(self) -> None:
         with self._lock:
             self._cases.clear()  # memfds close as the cases are collected
             self._refs.clear()
             self._bytes = 0
+            self._device_bytes.clear()

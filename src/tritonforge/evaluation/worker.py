@@ -13,6 +13,7 @@ Does not cover: isolation (sandbox.py, applied before `main`), judging (judge.py
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 import sys
@@ -90,6 +91,7 @@ class Worker:
         self.path = ""
         self.kernel_codes: set = set()
         self.flush: torch.Tensor | None = None
+        self.timing_inputs: tuple[str, list[Any]] | None = None  # (descriptor, device inputs)
 
     # -- helpers -----------------------------------------------------------------------------
     def reply(self, obj: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -119,12 +121,11 @@ class Worker:
             audit.STATE.originals["cuda_sync"]()
 
     def _inputs(self, msg: dict[str, Any], fds: list[int]) -> list[Any]:
-        try:
-            values = unpack(msg["inputs"], fds[0], keep_strides=True)
+        try:  # straight from the judge's sealed memfd into device memory
+            return list(unpack(msg["inputs"], fds[0], keep_strides=True, device=self.device))
         finally:
             for fd in fds:
                 os.close(fd)
-        return [map_tensors(v, lambda t: t.to(self.device)) for v in values]
 
     # -- ops -----------------------------------------------------------------------------------
     def load(self, msg: dict[str, Any], fds: list[int]) -> None:
@@ -272,7 +273,15 @@ class Worker:
         return poisoned
 
     def time(self, msg: dict[str, Any], fds: list[int]) -> None:
-        inputs = self._inputs(msg, fds)
+        # Every timing round of one evaluation sends the same case: reuse the device copy.
+        key = json.dumps(msg["inputs"], sort_keys=True)
+        if self.timing_inputs is not None and self.timing_inputs[0] == key:
+            for fd in fds:
+                os.close(fd)
+            inputs = self.timing_inputs[1]
+        else:
+            inputs = self._inputs(msg, fds)
+            self.timing_inputs = (key, inputs)
         perf_ns = audit.STATE.originals["perf_counter_ns"]
         cuda = self.device.startswith("cuda")
         if cuda and self.flush is None:
