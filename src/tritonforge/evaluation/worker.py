@@ -273,8 +273,9 @@ class Worker:
         return poisoned
 
     def time(self, msg: dict[str, Any], fds: list[int]) -> None:
-        # Every timing round of one evaluation sends the same case: reuse the device copy.
-        key = json.dumps(msg["inputs"], sort_keys=True)
+        # Every timing round of one evaluation sends the same case (the same memfd, dup'ed):
+        # reuse the device copy. The key names the memfd itself, not only the tensors' geometry.
+        key = f"{os.fstat(fds[0]).st_ino}:{json.dumps(msg['inputs'], sort_keys=True)}"
         if self.timing_inputs is not None and self.timing_inputs[0] == key:
             for fd in fds:
                 os.close(fd)
