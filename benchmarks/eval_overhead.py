@@ -240,9 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="warm evaluations per problem")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
-    result = measure(args)
-    if args.out:
-        write(args.out, {**result, "finished": True})
+    result = measure(args)  # with --out, measure has written it (finished) after the last problem
     print(json.dumps(result, indent=2))
     return 0
 
