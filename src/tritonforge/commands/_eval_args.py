@@ -13,21 +13,51 @@ from tritonforge.config.eval import EvalSettings
 
 
 def add_eval_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where kernels run (default auto)")
-    p.add_argument("--mode", choices=["strict", "hybrid"], help="strict: all compute in custom kernels (default)")
-    p.add_argument("--timeout", type=float, metavar="S", help="budget in seconds for each phase (import, compile, correctness, timing)")
+    p.add_argument(
+        "--device", choices=["auto", "cpu", "cuda"], help="where kernels run (default auto)"
+    )
+    p.add_argument(
+        "--mode",
+        choices=["strict", "hybrid"],
+        help="strict: all compute in custom kernels (default)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="budget in seconds for each phase (import, compile, correctness, timing)",
+    )
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials (default 5)")
     p.add_argument("--reward", help="reward function: tritonforge | kevin | log_speedup")
-    p.add_argument("--backend", choices=["triton", "cuda"], help="cuda = CUDA C++ through load_inline (GPU only)")
+    p.add_argument(
+        "--backend",
+        choices=["triton", "cuda"],
+        help="cuda = CUDA C++ through load_inline (GPU only)",
+    )
     p.add_argument("--sandbox", choices=["auto", "namespaces", "rlimits"])
-    p.add_argument("--compile-baseline", action="store_true", help="also time torch.compile(reference)")
+    p.add_argument(
+        "--compile-baseline", action="store_true", help="also time torch.compile(reference)"
+    )
     p.add_argument("--eval-config", metavar="TOML", help="EvalSettings as TOML")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting, e.g. --set perf_trials=100")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting, e.g. --set perf_trials=100",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> EvalSettings:
     s = load_config(EvalSettings, args.eval_config, args.set)
-    for flag, field in (("device", "device"), ("mode", "mode"), ("trials", "correctness_trials"), ("reward", "reward"), ("backend", "backend"), ("sandbox", "sandbox")):
+    for flag, field in (
+        ("device", "device"),
+        ("mode", "mode"),
+        ("trials", "correctness_trials"),
+        ("reward", "reward"),
+        ("backend", "backend"),
+        ("sandbox", "sandbox"),
+    ):
         value = getattr(args, flag, None)
         if value is not None:
             setattr(s, field, value)

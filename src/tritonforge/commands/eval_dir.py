@@ -25,10 +25,14 @@ SAMPLE = re.compile(r"^(.*?)(?:_sample_(\d+))?\.py$")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval-dir", help="evaluate a folder of candidates and summarise", description=__doc__)
+    p = sub.add_parser(
+        "eval-dir", help="evaluate a folder of candidates and summarise", description=__doc__
+    )
     p.add_argument("directory", type=Path)
     p.add_argument("--suite", default="builtin", help="builtin | kernelbench")
-    p.add_argument("--size", default=None, help="size preset: cpu|gpu (builtin), original|scaled (kernelbench)")
+    p.add_argument(
+        "--size", default=None, help="size preset: cpu|gpu (builtin), original|scaled (kernelbench)"
+    )
     p.add_argument("--source", default=None, help="kernelbench: dataset dir or JSONL/parquet file")
     p.add_argument("--level", type=int, default=None)
     p.add_argument("--workers", type=int, default=2, help="candidates evaluated at once")
@@ -37,7 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def load_problems(suite: str, size: str | None, source: str | None, level: int | None) -> list[Problem]:
+def load_problems(
+    suite: str, size: str | None, source: str | None, level: int | None
+) -> list[Problem]:
     from tritonforge.problems import load_suite, select
 
     kwargs: dict = {}
@@ -48,10 +54,17 @@ def load_problems(suite: str, size: str | None, source: str | None, level: int |
     return select(load_suite(suite, **kwargs), level=level)
 
 
-def match_files(directory: Path, problems: list[Problem]) -> tuple[list[tuple[Problem, Path]], list[Path]]:
+def match_files(
+    directory: Path, problems: list[Problem]
+) -> tuple[list[tuple[Problem, Path]], list[Path]]:
     by_key: dict[str, Problem] = {}
     for p in problems:
-        for key in (p.name.lower(), p.slug.lower(), p.id.lower(), f"{p.problem_id}_{p.name}".lower()):
+        for key in (
+            p.name.lower(),
+            p.slug.lower(),
+            p.id.lower(),
+            f"{p.problem_id}_{p.name}".lower(),
+        ):
             by_key[key] = p
     by_kb = {(p.level, p.problem_id): p for p in problems}
     pairs, unmatched = [], []
@@ -84,7 +97,11 @@ def run(args: argparse.Namespace) -> int:
 
     by_problem: dict[str, list[Verdict]] = {}
     rows: list[tuple[str, Verdict]] = []
-    with Evaluator(settings) as ev, open(out / "verdicts.jsonl", "w") as log_f, ThreadPoolExecutor(max(1, args.workers)) as pool:
+    with (
+        Evaluator(settings) as ev,
+        open(out / "verdicts.jsonl", "w") as log_f,
+        ThreadPoolExecutor(max(1, args.workers)) as pool,
+    ):
         futures = {pool.submit(ev.evaluate, prob, f.read_text()): (prob, f) for prob, f in pairs}
         bar = tqdm(as_completed(futures), total=len(futures), desc="evaluating", unit="cand")
         for fut in bar:
@@ -102,6 +119,13 @@ def run(args: argparse.Namespace) -> int:
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         (out / "summary.md").write_text(to_markdown(summary, sorted(rows)))
         plot(summary, out / "summary.png")
-    print(json.dumps({k: summary[k] for k in ("problems", "correct", "correctness_rate", "fast_1", "geomean_speedup")}))
+    print(
+        json.dumps(
+            {
+                k: summary[k]
+                for k in ("problems", "correct", "correctness_rate", "fast_1", "geomean_speedup")
+            }
+        )
+    )
     print(f"wrote {out}/summary.json, summary.md, summary.png, verdicts.jsonl", file=sys.stderr)
     return 0

@@ -17,10 +17,20 @@ from tritonforge.types import Problem
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval-kernel", help="evaluate one candidate against one reference", description=__doc__)
-    p.add_argument("reference", type=Path, help="KernelBench-format reference (Model, get_inputs, get_init_inputs)")
+    p = sub.add_parser(
+        "eval-kernel", help="evaluate one candidate against one reference", description=__doc__
+    )
+    p.add_argument(
+        "reference",
+        type=Path,
+        help="KernelBench-format reference (Model, get_inputs, get_init_inputs)",
+    )
     p.add_argument("candidate", type=Path, help="candidate file defining ModelNew")
-    p.add_argument("--json", action="store_true", help="print the verdict as one JSON line (last line of stdout)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the verdict as one JSON line (last line of stdout)",
+    )
     add_eval_args(p)
     p.set_defaults(func=run)
 
@@ -33,7 +43,12 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     from tritonforge.evaluation.judge import Evaluator
 
-    problem = Problem(id=f"file/{args.reference.stem}", suite="file", name=args.reference.stem, reference_src=args.reference.read_text())
+    problem = Problem(
+        id=f"file/{args.reference.stem}",
+        suite="file",
+        name=args.reference.stem,
+        reference_src=args.reference.read_text(),
+    )
     with Evaluator(settings) as ev:
         verdict = ev.evaluate(problem, args.candidate.read_text())
     if args.json:

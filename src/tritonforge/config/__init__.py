@@ -19,7 +19,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ConfigError", "Section", "load_config", "parse_override", "save_config", "with_overrides"]
+__all__ = [
+    "ConfigError",
+    "Section",
+    "load_config",
+    "parse_override",
+    "save_config",
+    "with_overrides",
+]
 
 T = TypeVar("T", bound=BaseModel)
 

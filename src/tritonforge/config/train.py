@@ -225,7 +225,8 @@ class SFTDataConfig(Section):
     path: str | None = Field(None, description="Parquet or JSONL file (kernelbook, chat).")
     builtin_size: str = Field("cpu", description="builtin: size preset of the problems.")
     builtin_problems: list[str] = Field(
-        default_factory=list, description="builtin: only these problems (names or ids); empty = all."
+        default_factory=list,
+        description="builtin: only these problems (names or ids); empty = all.",
     )
     pytorch_column: str = Field("python_code", description="kernelbook: PyTorch source column.")
     triton_column: str = Field("triton_code", description="kernelbook: Triton source column.")

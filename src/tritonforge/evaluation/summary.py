@@ -44,7 +44,9 @@ def summarize(by_problem: dict[str, list[Verdict]], all_problems: list[str]) -> 
         "correctness_rate": len(correct) / n if n else 0.0,
         "compiled_rate": sum(1 for v in chosen.values() if v.compiled) / n if n else 0.0,
         **fast,
-        "geomean_speedup": math.exp(sum(math.log(s) for s in timed) / len(timed)) if timed else None,
+        "geomean_speedup": math.exp(sum(math.log(s) for s in timed) / len(timed))
+        if timed
+        else None,
         "mean_reward": sum(v.reward for v in chosen.values()) / n if n else 0.0,
         "fault_histogram": dict(hist.most_common()),
         "hack_rules": dict(rules.most_common()),
@@ -60,14 +62,32 @@ def to_markdown(summary: dict[str, Any], rows: list[tuple[str, Verdict]] | None 
         return f"{x:.3f}" if isinstance(x, float) else str(x)
 
     lines = ["| metric | value |", "|---|---|"]
-    for key in ("problems", "evaluated", "samples", "correct", "correctness_rate", "compiled_rate", *[f"fast_{p:g}" for p in FAST_P], "geomean_speedup", "mean_reward"):
+    for key in (
+        "problems",
+        "evaluated",
+        "samples",
+        "correct",
+        "correctness_rate",
+        "compiled_rate",
+        *[f"fast_{p:g}" for p in FAST_P],
+        "geomean_speedup",
+        "mean_reward",
+    ):
         lines.append(f"| {key} | {fmt(summary.get(key))} |")
-    lines += ["", "| status | count |", "|---|---|"] + [f"| {k} | {v} |" for k, v in summary["fault_histogram"].items()]
+    lines += ["", "| status | count |", "|---|---|"] + [
+        f"| {k} | {v} |" for k, v in summary["fault_histogram"].items()
+    ]
     if not summary.get("timed"):
-        lines += ["", "fast_p and speedups are n/a: nothing was timed (the CPU interpreter checks correctness only)."]
+        lines += [
+            "",
+            "fast_p and speedups are n/a: nothing was timed (the CPU interpreter checks correctness only).",
+        ]
     if rows:
         lines += ["", "| problem | status | speedup | reward |", "|---|---|---|---|"]
-        lines += [f"| {pid} | {v.status.value}{' (' + v.rule + ')' if v.rule else ''} | {fmt(v.speedup)} | {v.reward:.3f} |" for pid, v in rows]
+        lines += [
+            f"| {pid} | {v.status.value}{' (' + v.rule + ')' if v.rule else ''} | {fmt(v.speedup)} | {v.reward:.3f} |"
+            for pid, v in rows
+        ]
     return "\n".join(lines) + "\n"
 
 

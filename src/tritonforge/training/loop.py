@@ -35,7 +35,13 @@ def episode_stats(trajs: list[Trajectory]) -> dict[str, float]:
     """Pass rate (any turn correct), first-turn pass rate and mean return over episodes."""
     valid = [t for t in trajs if t.turns]
     if not valid:
-        return {"episodes": 0.0, "pass_rate": 0.0, "first_turn_pass": 0.0, "mean_reward": 0.0, "compiled_rate": 0.0}
+        return {
+            "episodes": 0.0,
+            "pass_rate": 0.0,
+            "first_turn_pass": 0.0,
+            "mean_reward": 0.0,
+            "compiled_rate": 0.0,
+        }
 
     def ok(turn) -> bool:
         return turn.verdict is not None and turn.verdict.status is Status.CORRECT
@@ -46,11 +52,21 @@ def episode_stats(trajs: list[Trajectory]) -> dict[str, float]:
         "first_turn_pass": sum(ok(t.turns[0]) for t in valid) / len(trajs),
         "mean_reward": sum(t.turns[0].ret for t in valid) / len(trajs),
         "mean_best_turn_reward": sum(max(x.reward for x in t.turns) for t in valid) / len(trajs),
-        "compiled_rate": sum(any(x.verdict is not None and x.verdict.compiled for x in t.turns) for t in valid) / len(trajs),
+        "compiled_rate": sum(
+            any(x.verdict is not None and x.verdict.compiled for x in t.turns) for t in valid
+        )
+        / len(trajs),
     }
 
 
-async def measure(agent: Agent, problems: list[Problem], samples: int, seed: int, temperature: float | None, tag: str) -> dict[str, Any]:
+async def measure(
+    agent: Agent,
+    problems: list[Problem],
+    samples: int,
+    seed: int,
+    temperature: float | None,
+    tag: str,
+) -> dict[str, Any]:
     """Play `samples` episodes per problem with a fixed seed; per-problem and overall stats."""
     saved = agent.params
     update: dict[str, Any] = {"seed": seed}
@@ -62,7 +78,11 @@ async def measure(agent: Agent, problems: list[Problem], samples: int, seed: int
     finally:
         agent.params = saved
     per = {p.id: episode_stats([t for t in trajs if t.problem_id == p.id]) for p in problems}
-    return {"overall": episode_stats(trajs), "per_problem": per, "policy_version": agent.engine.policy_version}
+    return {
+        "overall": episode_stats(trajs),
+        "per_problem": per,
+        "policy_version": agent.engine.policy_version,
+    }
 
 
 async def push_weights(engine: Engine, trainer: Any, mode: str) -> float:
@@ -80,7 +100,15 @@ async def push_weights(engine: Engine, trainer: Any, mode: str) -> float:
 
 
 class _Driver:
-    def __init__(self, cfg: TrainRunConfig, trainer: Any, agent: Agent, problems: list[Problem], logger: Any, run_dir: Path):
+    def __init__(
+        self,
+        cfg: TrainRunConfig,
+        trainer: Any,
+        agent: Agent,
+        problems: list[Problem],
+        logger: Any,
+        run_dir: Path,
+    ):
         self.cfg, self.trainer, self.agent, self.problems = cfg, trainer, agent, problems
         self.logger, self.run_dir = logger, run_dir
         self.rng = random.Random(cfg.seed)
@@ -93,17 +121,33 @@ class _Driver:
         batch = self.rng.sample(self.problems, k)
         buffer = RolloutBuffer(self.cfg.buffer)
         t0 = time.monotonic()
-        await collect(self.agent, batch, self.cfg.buffer.group_size, buffer, desc=f"step {step} rollout", show=self.cfg.trainer.logging.progress)
+        await collect(
+            self.agent,
+            batch,
+            self.cfg.buffer.group_size,
+            buffer,
+            desc=f"step {step} rollout",
+            show=self.cfg.trainer.logging.progress,
+        )
         groups = buffer.pop_groups()
         if self.cfg.save_rollouts and groups:
             save_groups(groups, self.run_dir / "rollouts" / f"step_{step:04d}.jsonl")
         return groups, buffer.stats(), time.monotonic() - t0
 
-    async def train_on(self, step: int, groups: list[Group], stats: dict[str, float], gen_s: float) -> None:
+    async def train_on(
+        self, step: int, groups: list[Group], stats: dict[str, float], gen_s: float
+    ) -> None:
         trajs = [t for g in groups for t in g.trajectories]
         lag = self.cfg.schedule.max_staleness if self.cfg.schedule.mode == "async" else 0
         fresh = [t for t in trajs if self.trainer.policy_version - t.policy_version <= lag]
-        row = {"reward": stats.get("reward_mean", 0.0), "pass": stats.get("pass_rate", 0.0), "zero_variance": stats.get("zero_variance_rate", 0.0), "fast_1": stats.get("fast_1", 0.0), "gen_s": gen_s, "stale_dropped": float(len(trajs) - len(fresh))}
+        row = {
+            "reward": stats.get("reward_mean", 0.0),
+            "pass": stats.get("pass_rate", 0.0),
+            "zero_variance": stats.get("zero_variance_rate", 0.0),
+            "fast_1": stats.get("fast_1", 0.0),
+            "gen_s": gen_s,
+            "stale_dropped": float(len(trajs) - len(fresh)),
+        }
         for k, v in stats.items():
             if k.startswith("turn") or k.startswith("reward_turn"):
                 row[k] = v
@@ -112,7 +156,9 @@ class _Driver:
             stats_row = m.as_dict()
             stats_row["policy_version"] = stats_row.pop("step")  # the row's step is the driver's
             row.update(stats_row)
-            row["push_s"] = await push_weights(self.agent.engine, self.trainer, self.cfg.weight_sync)
+            row["push_s"] = await push_weights(
+                self.agent.engine, self.trainer, self.cfg.weight_sync
+            )
         else:
             log.warning("step %d: no trainable samples (all groups dropped or stale)", step)
         self.history.append(row)
@@ -158,7 +204,9 @@ async def run_training(cfg: TrainRunConfig) -> dict[str, Any]:
 
     from tritonforge.training.rl import RLTrainer
 
-    tokenizer = AutoTokenizer.from_pretrained(cfg.trainer.model.tokenizer_path or cfg.trainer.model.path)
+    tokenizer = AutoTokenizer.from_pretrained(
+        cfg.trainer.model.tokenizer_path or cfg.trainer.model.path
+    )
     engine = build_engine(cfg.engine)
     backend = build_eval_backend(cfg.eval)
     run_dir, logger = open_run(cfg)
@@ -179,10 +227,14 @@ def open_run(cfg: TrainRunConfig) -> tuple[Path, Any]:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.json")
-    return run_dir, MetricsLogger(run_dir, cfg.trainer.logging, run_config=cfg.model_dump(mode="json"))
+    return run_dir, MetricsLogger(
+        run_dir, cfg.trainer.logging, run_config=cfg.model_dump(mode="json")
+    )
 
 
-async def drive(cfg: TrainRunConfig, trainer: Any, agent: Any, logger: Any, run_dir: Path) -> dict[str, Any]:
+async def drive(
+    cfg: TrainRunConfig, trainer: Any, agent: Any, logger: Any, run_dir: Path
+) -> dict[str, Any]:
     """The job once its pieces exist: resume, measure before, the steps, measure after, summary.
 
     Shared by `run_training` (an RLTrainer and an Agent in this process) and the Ray driver
@@ -190,23 +242,38 @@ async def drive(cfg: TrainRunConfig, trainer: Any, agent: Any, logger: Any, run_
     driver = _Driver(cfg, trainer, agent, load_problems(cfg.problems), logger, run_dir)
     resumed = trainer.resume() if cfg.trainer.checkpoint.resume else None
     summary_path = run_dir / "summary.json"
-    summary: dict[str, Any] = json.loads(summary_path.read_text()) if resumed and summary_path.exists() else {}
+    summary: dict[str, Any] = (
+        json.loads(summary_path.read_text()) if resumed and summary_path.exists() else {}
+    )
     if resumed:
         driver.start_step = int(resumed.get("driver_step", trainer.policy_version))
         if "rng" in resumed:
             driver.rng.setstate(_as_rng_state(resumed["rng"]))
         await push_weights(agent.engine, trainer, cfg.weight_sync)
-        log.info("resumed at step %d (policy version %d)", driver.start_step, trainer.policy_version)
+        log.info(
+            "resumed at step %d (policy version %d)", driver.start_step, trainer.policy_version
+        )
     ev = cfg.evaluate
     eval_problems = load_problems(ev.problems or cfg.problems)
     t0 = time.monotonic()
     if ev.enabled and "before" not in summary:
-        summary["before"] = await measure(agent, eval_problems, ev.samples, ev.seed, ev.temperature, "before")
+        summary["before"] = await measure(
+            agent, eval_problems, ev.samples, ev.seed, ev.temperature, "before"
+        )
         write_summary(summary_path, summary)
     await driver.run()
     if ev.enabled:
-        summary["after"] = await measure(agent, eval_problems, ev.samples, ev.seed, ev.temperature, "after")
-    summary.update({"steps": cfg.steps, "policy_version": trainer.policy_version, "train_seconds": round(time.monotonic() - t0, 1), "history": summary.get("history", []) + driver.history})
+        summary["after"] = await measure(
+            agent, eval_problems, ev.samples, ev.seed, ev.temperature, "after"
+        )
+    summary.update(
+        {
+            "steps": cfg.steps,
+            "policy_version": trainer.policy_version,
+            "train_seconds": round(time.monotonic() - t0, 1),
+            "history": summary.get("history", []) + driver.history,
+        }
+    )
     if cfg.trainer.checkpoint.save_final:
         trainer.checkpoint(extra={"driver_step": cfg.steps, "rng": driver.rng.getstate()})
     write_summary(summary_path, summary)
