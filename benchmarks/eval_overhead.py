@@ -13,7 +13,7 @@ For a sample of built-in problems (their reference Triton solutions as candidate
   (1.5 s on CPU, 1.0 s on a GPU); the cold start (fork server start + first verdict) separately.
 
 Usage: python benchmarks/eval_overhead.py [--device cpu|cuda] [--size cpu|gpu] [--sample N]
-       [--problems a,b] [--repeats R] [--out results.json]
+       [--problems a,b] [--repeats R] [--transport auto|memfd] [--out results.json]
 Prints one JSON document on stdout (and writes it to --out, after every problem, with
 `finished` false until the last). Device-agnostic: on a GPU run
 `--device cuda --size gpu`; the engine's GPU timing calls are counted as candidate runs.
@@ -149,7 +149,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from tritonforge.evaluation.judge import Evaluator
     from tritonforge.problems import load_suite
 
-    settings = EvalSettings(device=args.device, mode="strict")
+    settings = EvalSettings(device=args.device, mode="strict", transport=args.transport)
     problems = pick(load_suite("builtin", size=args.size), args.problems, args.sample)
     calls = engine_calls(settings, args.device)
     rows: list[dict[str, Any]] = []
@@ -161,7 +161,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             own = own_time(p, args.device, calls)
             own_total = own["import_s"] + own["first_s"] + calls * own["run_s"]
             first_wall, v = (cold_wall, cold_v) if p is problems[0] else timed_eval(ev, p)
+            before = dict(ev.transport_stats)
             warm = [timed_eval(ev, p) for _ in range(args.repeats)]
+            transport = {k: n - before.get(k, 0) for k, n in ev.transport_stats.items()}
             warm_wall = statistics.median(w for w, _ in warm)
             rows.append(
                 {
@@ -178,6 +180,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     else round(first_wall - own_total, 4),
                     "overhead_warm_s": round(warm_wall - own_total, 4),
                     "phase_seconds": warm[-1][1].phase_seconds,
+                    "transport": {k: n for k, n in transport.items() if n},
                 }
             )
             print(f"{p.id}: {json.dumps(rows[-1])}", file=sys.stderr)
@@ -207,6 +210,7 @@ def summarize(
         "load_avg_1m": os.getloadavg()[0],
         "settings": {
             "correctness_trials": settings.correctness_trials,
+            "transport": settings.transport,
             "engine_calls_after_first": calls,
             "repeats": args.repeats,
         },
@@ -239,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", default=None, help="comma-separated problem names instead")
     ap.add_argument("--repeats", type=int, default=3, help="warm evaluations per problem")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    ap.add_argument(
+        "--transport",
+        choices=["auto", "memfd"],
+        default="auto",
+        help="GPU data path (memfd: host memory only, the before figure)",
+    )
     args = ap.parse_args(argv)
     result = measure(args)  # with --out, measure has written it (finished) after the last problem
     print(json.dumps(result, indent=2))

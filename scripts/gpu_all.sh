@@ -10,16 +10,21 @@ source scripts/gpu_env.sh
 exec > >(tee -a "$OUT/log.txt") 2>&1
 # STEPS picks steps (default all): e.g. STEPS="suite gpu_tests" on a time-limited machine.
 STEPS=${STEPS:-suite overhead gpu_tests defenses train_step server}
+PYTEST="python3 -m pytest -m gpu -q -p no:cacheprovider -rA"
 step() { local name=$1 secs=$2; shift 2
   case " $STEPS " in *" $name "*) ;; *) echo "=== $name skipped"; return 0;; esac
   echo "=== $name ($(date +%T), limit ${secs}s)"; local t0=$SECONDS
-  timeout --kill-after=5 "$secs" "$@"; echo "=== $name rc=$? in $((SECONDS - t0))s"; }
+  # SIGINT first: pytest then still prints its summary and writes its junit file
+  timeout -s INT --kill-after=20 "$secs" "$@"; echo "=== $name rc=$? in $((SECONDS - t0))s"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import sys,torch,triton;print('python',sys.version.split()[0],'torch',torch.__version__,'triton',triton.__version__)"
 python3 scripts/export_suite.py /tmp/suite --size gpu >/dev/null
+# quick looks at one area each (gpu_tests runs them too)
+step devshare ${T_DEVSHARE:-120} $PYTEST tests/gpu/test_devshare_gpu.py --junitxml "$R/devshare.xml"
+step cuda_backend ${T_CUDA:-240} $PYTEST -s tests/gpu/test_cuda_backend_gpu.py --junitxml "$R/cuda_backend.xml"
 step suite ${T_SUITE:-300} python3 -m tritonforge eval-dir /tmp/suite/solutions --suite builtin --size gpu --device cuda --workers 6 --timeout 120 --out "$R/suite"
-step overhead ${T_OVERHEAD:-150} python3 benchmarks/eval_overhead.py --device cuda --size gpu --sample ${OVERHEAD_SAMPLE:-10} --repeats 2 --out "$R/overhead.json"
-step gpu_tests ${T_TESTS:-400} python3 -m pytest -m gpu -q -p no:cacheprovider tests/gpu tests/eval/test_status_corpus.py tests/unit/test_builtin_suite.py tests/unit/test_protocol.py -k "${GPU_TESTS_K:-}" --junitxml "$R/gpu_tests.xml"
+step overhead ${T_OVERHEAD:-150} python3 benchmarks/eval_overhead.py --device cuda --size gpu --sample ${OVERHEAD_SAMPLE:-10} --repeats 2 --transport ${TRANSPORT:-auto} --out "$R/overhead.json"
+step gpu_tests ${T_TESTS:-400} $PYTEST tests/gpu tests/eval/test_status_corpus.py tests/unit/test_builtin_suite.py tests/unit/test_protocol.py -k "${GPU_TESTS_K:-}" --junitxml "$R/gpu_tests.xml"
 step defenses ${T_DEF:-240} python3 benchmarks/defense_cost.py --device cuda --repeats 3 --out "$R/defense_cost.json" ${DEF_ARGS:-}
 step train_step ${T_TRAIN:-100} python3 benchmarks/train_step.py --out "$R/train_step.json"
 step server ${T_SERVER:-240} python3 benchmarks/eval_server.py --device cuda --size gpu --n ${SERVER_N:-32} --workers 6 --concurrency 16 --baseline-n ${BASELINE_N:-3} --out "$R/server.json"

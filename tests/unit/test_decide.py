@@ -201,3 +201,16 @@ def test_changed_after_timing_names_the_rule_and_the_failure() -> None:
     assert rule == "changed_after_timing"
     assert "numerical_mismatch: output 0: 12/100 elements differ" in message
     assert "state kept across calls" in message
+
+
+def test_cuda_backend_is_not_held_to_triton_launch_rules() -> None:
+    # Regression: the launch recorder and the lineage only see Triton launches, so a correct
+    # CUDA C++ (load_inline) candidate looked like "no kernel wrote the output".
+    untracked = {"numel": 4, "launched_on": False, "from_kernel": False}
+    facts = {"provenance": [untracked]}
+    assert rule({"launches_ok": 0}, facts=facts) == "no_kernel_launch"
+    assert rule({"launches_ok": 0}, facts=facts, backend="cuda") is None
+    # the rules that do not depend on Triton launches still hold for the CUDA backend
+    assert rule({"ops": {"aten::relu": 1}}, backend="cuda") == "torch_compute"
+    assert rule(facts={"expanded": [0]}, backend="cuda") == "broadcast_output"
+    assert rule(facts={"stale": [0]}, backend="cuda") == "cached_result"

@@ -1,6 +1,7 @@
 """Reference cache: eviction must not close a case's memfd while an evaluation still holds it.
 
-Also: outputs kept in device memory are bounded per device.
+Also: outputs kept in device memory are bounded per device; a reference that works in place
+does not change the inputs the candidate gets.
 
 Regression: on the H200 suite run (43 GPU-size problems, 6 workers) the LRU evicted a case and
 closed its fd while another thread was about to `os.dup` it, giving an internal_error (EBADF).
@@ -11,6 +12,9 @@ from __future__ import annotations
 import gc
 import os
 
+import torch
+
+from tritonforge.evaluation.protocol import unpack
 from tritonforge.evaluation.reference import ReferenceStore
 from tritonforge.types import Problem
 
@@ -60,17 +64,36 @@ def test_cached_case_is_reused() -> None:
 
 
 def test_device_resident_outputs_have_their_own_bound() -> None:
-    # Expected outputs live on the judge's device: the cache keeps at most a quarter of that
-    # device's memory there, whatever the host bound. The meta device stands in for a GPU
-    # (no data, real byte counts); its bound is set by hand to two cases' outputs.
+    # Expected outputs and the packed inputs (what shared device buffers are filled from) live
+    # on the judge's device: the cache keeps at most a quarter of that device's memory there,
+    # whatever the host bound. The meta device stands in for a GPU (no data, real byte counts);
+    # its bound is set by hand to two cases.
     store = ReferenceStore()
-    store._device_limits["meta"] = 2 * 4096 * 4
+    one = 4096 * 4 + 4096 * 4  # expected output + packed input of one case
+    store._device_limits["meta"] = 2 * one
     ref = store.reference(Problem(id="t/relu", suite="t", name="relu", reference_src=SRC), "meta")
     first = store.case(ref, seed=1, dist="native")
-    assert first.device_bytes == 4096 * 4 and first.nbytes > first.device_bytes
+    assert first.device_bytes == one and first.nbytes > first.device_bytes
+    assert first.packed is not None and first.packed.numel() == first.desc["size"]
     store.case(ref, seed=2, dist="native")
     assert store.case(ref, seed=1, dist="native") is first  # two cases fit
     store.case(ref, seed=3, dist="native")  # a third evicts the least recently used (seed 2)
-    assert store._device_bytes["meta"] == 2 * 4096 * 4
+    assert store._device_bytes["meta"] == 2 * one
     assert store.case(ref, seed=1, dist="native") is first
     assert len(store._cases) == 2
+
+
+def test_reference_working_in_place_does_not_change_the_candidates_inputs() -> None:
+    # Regression: Reference.run passed the very input tensors to the reference on the CPU (and,
+    # since inputs are drawn on the device, on a GPU too), so a reference that works in place
+    # changed the inputs that were then packed for the candidate.
+    src = SRC.replace("return torch.relu(x)", "x.mul_(2)\n        return x + 1")
+    store = ReferenceStore()
+    ref = store.reference(
+        Problem(id="t/inplace", suite="t", name="inplace", reference_src=src), "cpu"
+    )
+    case = store.case(ref, seed=3, dist="native")
+    (fresh,) = ref.draw_inputs(3, "native")
+    (sent,) = unpack(case.desc, case.fd)
+    assert torch.equal(sent, fresh)
+    assert torch.allclose(case.expected, 2 * fresh + 1)

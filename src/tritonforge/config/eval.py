@@ -78,6 +78,11 @@ class EvalSettings(Section):
         "tritonforge", description="reward function name (evaluation.rewards.REWARDS)"
     )
     hack_penalty: float = Field(0.0, description="reward of a reward_hack verdict")
+    transport: Literal["auto", "memfd"] = Field(
+        "auto",
+        description="how GPU inputs/outputs cross to the worker: auto = shared device memory "
+        "(CUDA VMM, POSIX fds) where the driver allows it, else host memfds; memfd = always memfds",
+    )
     sandbox: Literal["auto", "namespaces", "rlimits"] = Field(
         "auto", description="auto: namespaces when the kernel allows them, else rlimits + warning"
     )

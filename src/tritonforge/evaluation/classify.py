@@ -51,6 +51,7 @@ def classify_exception(exc: BaseException, phase: str, in_kernel: bool = False) 
         or "triton.compiler" in names
         or "PTXASError" in names
         or "InterpreterError" in names  # the CPU interpreter wraps errors raised in a kernel body
+        or "error building extension" in text  # CUDA C++ backend: nvcc/ninja output follows
         or in_kernel
     ):
         return Status.COMPILE_ERROR

@@ -18,6 +18,8 @@ import torch
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.compare import compare, output_bytes
 from tritonforge.evaluation.decide import changed_after_timing, decide_timing
+from tritonforge.evaluation.gpu_lock import judge_device
+from tritonforge.evaluation.protocol import unpack_buffer
 from tritonforge.evaluation.reference import Reference
 from tritonforge.evaluation.session import Session
 from tritonforge.evaluation.timing import ReferenceTimer, stats
@@ -44,7 +46,11 @@ def time_candidate(
     records: list[dict[str, Any]],
 ) -> None:
     case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
-    dev_inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in case.inputs]
+    with judge_device(device):
+        if case.packed is not None:  # the reference's inputs: a device-to-device copy of the case
+            dev_inputs = list(unpack_buffer(case.desc, case.packed, keep_strides=True))
+        else:
+            dev_inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in case.inputs]
     per_round = max(2, s.perf_trials // s.perf_rounds)
     cand, base, comp, launches = [], [], [], []
     t = time.monotonic()
@@ -54,10 +60,11 @@ def time_candidate(
         compiled_ref = compiled_reference(ev, problem, ref) if s.compile_baseline else None
         for r in range(s.perf_rounds):
             warm = s.perf_warmup if r == 0 else 1
+            carry, carry_fds = session.transport.send(case)
             reply, _ = ev._call(
                 session,
-                {"op": "time", "inputs": case.desc, "warmup": warm, "trials": per_round},
-                [os.dup(case.fd)],
+                {"op": "time", **carry, "warmup": warm, "trials": per_round},
+                carry_fds,
                 max(0.1, deadline - time.monotonic()),
                 "timing",
                 True,
@@ -66,11 +73,15 @@ def time_candidate(
                 raise Stop(ev._from_failure(reply, "timing", True))
             cand += reply["times_ms"][1:] if r == 0 else reply["times_ms"]
             launches += reply["launches"]
-            base += timer.time(ref.model, dev_inputs, warm, per_round)[(1 if r == 0 else 0) :]
-            if compiled_ref is not None:
-                comp += timer.time(compiled_ref, dev_inputs, warm, per_round)[
-                    (1 if r == 0 else 0) :
-                ]
+            # no other judge thread puts work on the device while the reference is timed: its
+            # device-wide synchronize would wait for that work too (not held across the worker's
+            # round, so a slow candidate cannot stall the judge's other evaluations)
+            with judge_device(device):
+                base += timer.time(ref.model, dev_inputs, warm, per_round)[(1 if r == 0 else 0) :]
+                if compiled_ref is not None:
+                    comp += timer.time(compiled_ref, dev_inputs, warm, per_round)[
+                        (1 if r == 0 else 0) :
+                    ]
     phases["timing"] = time.monotonic() - t
     v.runtime, v.ref_runtime = stats(cand, False), stats(base, False)
     v.speedup = v.ref_runtime.median_ms / v.runtime.median_ms if v.runtime.median_ms > 0 else None
@@ -79,10 +90,11 @@ def time_candidate(
         v.speedup_vs_compile = v.ref_compile_runtime.median_ms / v.runtime.median_ms
     # The candidate may have changed state during timing: check it once more on fresh inputs.
     post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
+    carry, carry_fds = session.transport.send(post)
     reply, fds = ev._call(
         session,
-        {"op": "run", "inputs": post.desc, "profile": False},
-        [os.dup(post.fd)],
+        {"op": "run", **carry, "profile": False},
+        carry_fds,
         s.budgets.correctness_s,
         "correctness",
         True,
@@ -91,14 +103,11 @@ def time_candidate(
         for fd in fds:
             os.close(fd)
         raise Stop(ev._from_failure(reply, "correctness", True))
-    status, mm, why = compare(
-        post.expected,
-        ev._outputs(reply, fds, device),
-        s.tolerance,
-        s.nan_policy,
-        problem.atol,
-        problem.rtol,
-    )
+    outputs = ev._outputs(session, reply, fds)
+    with judge_device(device):
+        status, mm, why = compare(
+            post.expected, outputs, s.tolerance, s.nan_policy, problem.atol, problem.rtol
+        )
     nbytes = sum(
         x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
     ) + output_bytes(case.expected)

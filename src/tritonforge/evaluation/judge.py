@@ -18,6 +18,7 @@ import secrets
 import shutil
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 from tritonforge.config.eval import EvalSettings
@@ -29,11 +30,19 @@ from tritonforge.evaluation.decide import (
     decide_audit,
 )
 from tritonforge.evaluation.forkserver import ForkServer
+from tritonforge.evaluation.gpu_lock import judge_device
 from tritonforge.evaluation.gpu_timing import Stop, time_candidate
-from tritonforge.evaluation.protocol import Deadline, PeerClosed, ProtocolError, pack, unpack
-from tritonforge.evaluation.reference import INIT_SEED, Reference, ReferenceError, ReferenceStore
+from tritonforge.evaluation.protocol import Deadline, PeerClosed, ProtocolError, pack
+from tritonforge.evaluation.reference import (
+    INIT_SEED,
+    Case,
+    Reference,
+    ReferenceError,
+    ReferenceStore,
+)
 from tritonforge.evaluation.rewards import compute_reward
 from tritonforge.evaluation.session import Session, describe_exit
+from tritonforge.evaluation.transport import Transport
 from tritonforge.evaluation.workerenv import (
     base_env,
     device_label,
@@ -65,6 +74,7 @@ class Evaluator:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self.sandbox_warnings: list[str] = []
+        self.transport_stats: Counter[str] = Counter()  # "shared" or "memfd: <why>" per worker
 
     # -- resources -------------------------------------------------------------------------
     def server(self, device: str) -> ForkServer:
@@ -161,6 +171,7 @@ class Evaluator:
         phases: dict[str, float] = {}
         t = time.monotonic()
         session = Session(self.server(device), spec, s.limits.output_bytes)
+        session.transport = Transport(device, s.transport)
         phases["spawn"] = time.monotonic() - t
         try:
             v = self._run(session, problem, ref, source or "", s, device, phases)
@@ -241,9 +252,12 @@ class Evaluator:
         s: EvalSettings,
         device: str,
         phases: dict[str, float],
+        first: Case,
     ) -> Verdict | list[str]:
-        """Import the candidate and build ModelNew in the worker: a failure verdict, or notes."""
+        """Import the candidate and build ModelNew in the worker: a failure verdict, or notes.
+        The shared device buffers (sized for the `first` case) are offered with the request."""
         init_desc, init_fd = pack(ref.init_inputs)
+        shared, shared_fds = session.transport.offer(first)
         msg = {
             "op": "load",
             "source": source,
@@ -252,14 +266,21 @@ class Evaluator:
             "device": "cpu" if device == "cpu" else "cuda:0",
             "backend": s.backend,
             "mode": s.mode,
+            **shared,
         }
         t = time.monotonic()
-        reply, _ = self._call(session, msg, [init_fd], s.budgets.import_s, "import", False)
+        reply, _ = self._call(
+            session, msg, [init_fd, *shared_fds], s.budgets.import_s, "import", False
+        )
         phases["import"] = time.monotonic() - t
         if reply.get("cuda_init_s"):
             phases["cuda_init"] = float(reply["cuda_init_s"])
         if not reply.get("ok"):
             return self._from_failure(reply, "import", False)
+        session.transport.accept(reply)
+        t = session.transport
+        with self._lock:
+            self.transport_stats["shared" if t.active else f"memfd: {t.reason}"] += 1
         sandbox = reply.get("sandbox") or {}
         return [f"sandbox: {sandbox.get('user', 'unknown')}"] + [
             f"sandbox warning: {w}" for w in sandbox.get("warnings", [])
@@ -303,9 +324,10 @@ class Evaluator:
             return Verdict(
                 status=Status.REWARD_HACK, rule=hack[0], message=hack[1], phase=phase, **common
             )
-        status, mm, why = compare(
-            expected, outputs, s.tolerance, s.nan_policy, problem.atol, problem.rtol
-        )
+        with judge_device(session.transport.device):
+            status, mm, why = compare(
+                expected, outputs, s.tolerance, s.nan_policy, problem.atol, problem.rtol
+            )
         if status is not Status.CORRECT:
             mm.trial, mm.distribution = i, dist
             msg = f"trial {i + 1}/{s.correctness_trials} (inputs: {dist}): {why}"
@@ -328,10 +350,10 @@ class Evaluator:
         device: str,
         phases: dict[str, float],
     ) -> Verdict:
-        notes = self._load(session, ref, source, s, device, phases)
+        plan = self._plan(problem, source, s)
+        notes = self._load(session, ref, source, s, device, phases, self.refs.case(ref, *plan[0]))
         if isinstance(notes, Verdict):
             return notes
-        plan = self._plan(problem, source, s)
         records: list[dict[str, Any]] = []
         compiled = False
         deadline = 0.0
@@ -339,24 +361,33 @@ class Evaluator:
             phase = "compile" if i == 0 else "correctness"
             budget = s.budgets.compile_s if i == 0 else max(0.1, deadline - time.monotonic())
             case = self.refs.case(ref, seed, dist)
-            msg = {
-                "op": "run",
-                "inputs": case.desc,
-                **audit_switches(last_trial=i == len(plan) - 1),
-            }
+            carry, carry_fds = session.transport.send(case)
+            msg = {"op": "run", **carry, **audit_switches(last_trial=i == len(plan) - 1)}
             t = time.monotonic()
-            reply, fds = self._call(session, msg, [os.dup(case.fd)], budget, phase, compiled)
+            reply, fds = self._call(session, msg, carry_fds, budget, phase, compiled)
             phases[phase] = phases.get(phase, 0.0) + time.monotonic() - t
             if i == 0:
                 deadline = time.monotonic() + s.budgets.correctness_s
+            # compiled: a kernel launched; for the CUDA backend the extension built at import
+            # and forward ran (its launches happen inside native code the recorder cannot see)
             compiled = compiled or (reply.get("audit") or {}).get("launches_ok", 0) > 0
+            compiled = compiled or (s.backend == "cuda" and bool(reply.get("ok")))
             if not reply.get("ok"):
                 for fd in fds:
                     os.close(fd)
                 v = self._from_failure(reply, phase, compiled)
                 v.trials_total, v.trials_passed = s.correctness_trials, i
                 return v
-            outputs = self._outputs(reply, fds, device)
+            t = time.monotonic()
+            outputs = self._outputs(session, reply, fds)
+            facts = reply.get("facts") or {}
+            # the judge's own look at the shared input buffer joins the worker's report
+            seen = session.transport.mutated(case, bool(carry.get("shared")))
+            if seen and isinstance(facts, dict):
+                reply["facts"] = {
+                    **facts,
+                    "mutated": sorted(set(facts.get("mutated") or []) | set(seen)),
+                }
             records.append(reply["audit"])
             stop = self._check_trial(
                 i,
@@ -371,6 +402,7 @@ class Evaluator:
                 compiled,
                 notes,
             )
+            phases["check"] = phases.get("check", 0.0) + time.monotonic() - t
             if stop is not None:
                 if stop.status is Status.NUMERICAL_MISMATCH and device != "cpu":
                     stop.message += tf32_hint(source, case.expected)
@@ -389,13 +421,11 @@ class Evaluator:
             time_candidate(self, session, problem, ref, s, device, v, phases, records)
         return v
 
-    def _outputs(self, reply: dict[str, Any], fds: list[int], device: str) -> Any:
-        """The worker's outputs, copied once into the judge's memory on `device` (where the
+    def _outputs(self, session: Session, reply: dict[str, Any], fds: list[int]) -> Any:
+        """The worker's outputs, copied once into the judge's memory on its device (where the
         expected outputs live, so the comparison runs there)."""
         try:
-            if len(fds) != 1:
-                raise ProtocolError(f"expected one output buffer, got {len(fds)}")
-            return unpack(reply.get("outputs") or {}, fds[0], device=device)
+            return session.transport.outputs(reply, fds)
         except ProtocolError as exc:
             raise Stop(
                 Verdict(
@@ -404,9 +434,6 @@ class Evaluator:
                     message=f"malformed outputs from the worker: {exc}",
                 )
             ) from None
-        finally:
-            for fd in fds:
-                os.close(fd)
 
     @staticmethod
     def _from_failure(reply: dict[str, Any], phase: str, compiled: bool) -> Verdict:

@@ -14,12 +14,20 @@ import os
 import threading
 import types
 from collections import OrderedDict
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from tritonforge.evaluation.protocol import flatten_tensors, map_tensors, pack
+from tritonforge.evaluation.gpu_lock import judge_device
+from tritonforge.evaluation.protocol import (
+    flatten_tensors,
+    map_tensors,
+    pack,
+    pack_into,
+    unpack_buffer,
+)
 from tritonforge.types import Problem
 
 INIT_SEED = 42
@@ -75,7 +83,8 @@ class Case:
     desc: dict[str, Any]
     fd: int
     nbytes: int
-    device_bytes: int = 0  # of nbytes, those held in device memory (the expected outputs)
+    device_bytes: int = 0  # of nbytes, those in device memory (expected outputs, packed inputs)
+    packed: torch.Tensor | None = None  # on a GPU: the memfd's bytes in device memory too
 
     def close(self) -> None:
         """Close the memfd once; idempotent."""
@@ -104,14 +113,20 @@ class Reference:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def draw_inputs(self, seed: int, dist: str) -> list[Any]:
+        """get_inputs() under a hidden seed. On a GPU the draw runs there (factory calls default
+        to the device): CPU randn of the 0.5-GiB gpu presets took seconds per case, under the
+        global RNG lock that serialises every evaluation thread."""
         gen = torch.Generator().manual_seed(seed ^ 0x5EED)
-        with _RNG_LOCK:
+        where = torch.device(self.device) if self.device.startswith("cuda") else nullcontext()
+        with _RNG_LOCK, where:
             torch.manual_seed(seed)
             raw = list(self.module.get_inputs())
         return [map_tensors(v, lambda t: transform(t, dist, gen)) for v in raw]
 
     def run(self, inputs: list[Any]) -> Any:
-        dev_inputs = [map_tensors(v, lambda t: t.to(self.device)) for v in inputs]
+        # a copy even on the same device: a reference that works in place must not change the
+        # inputs the candidate will get
+        dev_inputs = [map_tensors(v, lambda t: t.to(self.device, copy=True)) for v in inputs]
         with torch.no_grad():
             out = self.model(*dev_inputs)
         return map_tensors(out, lambda t: t.detach())
@@ -171,7 +186,8 @@ class ReferenceStore:
             if case is not None:
                 self._cases.move_to_end(key)
                 return case
-        with ref.lock:  # one thread computes a given problem's cases at a time
+        # one thread computes a given problem's cases at a time; no other judge GPU work meanwhile
+        with ref.lock, judge_device(ref.device):
             try:
                 inputs = ref.draw_inputs(seed, dist)
                 expected = ref.run(inputs)
@@ -181,10 +197,14 @@ class ReferenceStore:
                 ) from exc
             desc, fd = pack(inputs)
             out_bytes = sum(t.numel() * t.element_size() for t in flatten_tensors(expected))
-            on_device = ref.device != "cpu"
-            case = Case(
-                inputs, expected, desc, fd, desc["size"] + out_bytes, out_bytes if on_device else 0
-            )
+            packed = None
+            if ref.device != "cpu":  # what a shared device buffer is filled from (transport.py)
+                packed = torch.empty(desc["size"], dtype=torch.uint8, device=ref.device)
+                pack_into(inputs, packed)
+                inputs = list(unpack_buffer(desc, packed, keep_strides=True, copy=False))
+            dev_bytes = 0 if packed is None else out_bytes + desc["size"]
+            nbytes = desc["size"] + out_bytes + (0 if packed is None else desc["size"])
+            case = Case(inputs, expected, desc, fd, nbytes, dev_bytes, packed)
         with self._lock:
             if key in self._cases:
                 case.close()

@@ -82,6 +82,7 @@ class Session:
         self.stderr = OutputTail(err_r, output_cap)
         self.exit: ChildExit | None = None
         self.unsolicited = False
+        self.transport: Any = None  # transport.Transport, closed after the worker is gone
 
     def request(
         self, msg: dict[str, Any], fds: list[int] | None, deadline: float
@@ -102,6 +103,8 @@ class Session:
             self.exit = self.server.wait_exit(self.pid, wait_s)
             self.reader.close_fds()
             self.sock.close()
+            if self.transport is not None:
+                self.transport.close()
         return self.exit
 
     def wait_exit(self, wait_s: float) -> ChildExit | None:

@@ -29,8 +29,10 @@ from tritonforge.evaluation.protocol import (
     flatten_tensors,
     map_tensors,
     pack,
+    pack_into,
     send_msg,
     unpack,
+    unpack_buffer,
 )
 from tritonforge.types import Status
 
@@ -92,6 +94,8 @@ class Worker:
         self.kernel_codes: set = set()
         self.flush: torch.Tensor | None = None
         self.timing_inputs: tuple[str, list[Any]] | None = None  # (descriptor, device inputs)
+        self.shared_in: torch.Tensor | None = None  # the judge's shared device buffers
+        self.shared_out: torch.Tensor | None = None
 
     # -- helpers -----------------------------------------------------------------------------
     def reply(self, obj: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -121,8 +125,36 @@ class Worker:
             audit.STATE.originals["cuda_sync"]()
 
     def _inputs(self, msg: dict[str, Any], fds: list[int]) -> list[Any]:
-        try:  # straight from the judge's sealed memfd into device memory
+        try:
+            if msg.get("shared") and self.shared_in is not None:
+                # views of the judge's shared device buffer: no copy at all
+                return list(unpack_buffer(msg["inputs"], self.shared_in, True, copy=False))
+            # straight from the judge's sealed memfd into device memory
             return list(unpack(msg["inputs"], fds[0], keep_strides=True, device=self.device))
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _map_shared(self, want: Any, fds: list[int]) -> dict[str, Any]:
+        """Map the judge's two shared device buffers (before any candidate code runs) and echo
+        its token from the input buffer into the output buffer. Returns what to report."""
+        from tritonforge.evaluation.devshare import DevShareError, ImportedBuffer
+
+        try:
+            if not isinstance(want, dict) or len(fds) != 2:
+                raise DevShareError("malformed shared-buffer offer")
+            sizes = [int(want[k]) for k in ("in", "in_size", "out", "out_size")]
+            # each ImportedBuffer owns (and closes) the fd it is given, even when it fails
+            inp = ImportedBuffer(fds.pop(0), self.device, sizes[0], sizes[1])
+            out = ImportedBuffer(fds.pop(0), self.device, sizes[2], sizes[3])
+            self.shared_in, self.shared_out = inp.tensor(), out.tensor()
+            token = self.shared_in[:8].clone()
+            self.shared_out[:8].copy_(token)
+            self._sync()
+            return {"token": bytes(token.cpu().tolist()).hex()}
+        except (DevShareError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+            self.shared_in = self.shared_out = None
+            return {"error": f"{type(exc).__name__}: {exc}"[:500]}
         finally:
             for fd in fds:
                 os.close(fd)
@@ -139,7 +171,8 @@ class Worker:
         if self.device.startswith("cuda"):  # initialise CUDA before the candidate: not its time
             torch.empty(1, device=self.device)
         cuda_init_s = time.perf_counter() - t0
-        init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds)
+        shared = self._map_shared(msg["shared"], fds[1:]) if "shared" in msg else None
+        init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds[:1])
         allow = ("triton", "library") if msg.get("backend") == "cuda" else ("triton",)
         audit.arm(self.path, scratch, allow, strict=self.mode == "strict")
         phase = "import"
@@ -182,6 +215,7 @@ class Worker:
                 },
                 "audit": self._audit_extra(),
                 "cuda_init_s": cuda_init_s,
+                **({"shared": shared} if shared is not None else {}),
             }
         )
 
@@ -225,8 +259,15 @@ class Worker:
             "repeat": bool(msg.get("repeat")),
             "stale": audit.stale(out_tensors, poisoned),
         }
+        fds: list[int] = []
         try:
-            desc, fd = pack(out, seal=False)
+            desc = pack_into(out, self.shared_out) if self.shared_out is not None else None
+            if desc is not None:  # straight into the judge's shared output buffer
+                desc["shared"] = True
+                self._sync()
+            else:
+                desc, fd = pack(out, seal=False)
+                fds.append(fd)
         except Exception as exc:
             self.reply(
                 {
@@ -253,10 +294,11 @@ class Worker:
         try:
             self.reply(
                 {"ok": True, "outputs": desc, "facts": facts, "audit": record, "seconds": seconds},
-                [fd],
+                fds,
             )
         finally:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
 
     def _first_call(self, inputs: list[Any], in_tensors: list[torch.Tensor]) -> set[int]:
         """Forward once on `inputs` (launches counted, tripwires armed, no profile), then poison
@@ -275,14 +317,16 @@ class Worker:
     def time(self, msg: dict[str, Any], fds: list[int]) -> None:
         # Every timing round of one evaluation sends the same case (the same memfd, dup'ed):
         # reuse the device copy. The key names the memfd itself, not only the tensors' geometry.
-        key = f"{os.fstat(fds[0]).st_ino}:{json.dumps(msg['inputs'], sort_keys=True)}"
-        if self.timing_inputs is not None and self.timing_inputs[0] == key:
+        key = (
+            f"{os.fstat(fds[0]).st_ino}:{json.dumps(msg['inputs'], sort_keys=True)}" if fds else ""
+        )
+        if key and self.timing_inputs is not None and self.timing_inputs[0] == key:
             for fd in fds:
                 os.close(fd)
             inputs = self.timing_inputs[1]
         else:
-            inputs = self._inputs(msg, fds)
-            self.timing_inputs = (key, inputs)
+            inputs = self._inputs(msg, fds)  # views of the shared buffer when there are no fds
+            self.timing_inputs = (key, inputs) if key else None
         perf_ns = audit.STATE.originals["perf_counter_ns"]
         cuda = self.device.startswith("cuda")
         if cuda and self.flush is None:
