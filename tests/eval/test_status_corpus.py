@@ -154,3 +154,27 @@ def test_status_gpu(gpu_evaluator: Evaluator, case: dict[str, Any]) -> None:
         check_numerical(v)
     if case["status"] == "correct":
         assert v.compiled and v.speedup is not None and v.runtime is not None
+
+
+def test_session_of_a_dead_worker_still_releases_everything(cpu_evaluator: Evaluator) -> None:
+    # Regression: Session.close skipped its clean-up when the worker had already ended (a crash
+    # sets the exit status first through wait_exit), so the shared device buffers of every
+    # crashed candidate stayed allocated on a GPU (ExportedBuffer holds a raw fd and a mapping).
+    from tritonforge.evaluation.session import Session
+    from tritonforge.evaluation.workerenv import worker_spec
+
+    class Recorder:  # stands in for the GPU-only transport; records the call
+        closed = 0
+
+        def close(self) -> None:
+            self.closed += 1
+
+    s = settings_for({}, "cpu")
+    session = Session(cpu_evaluator.server("cpu"), worker_spec(s, "cpu", None), 1024)
+    session.transport = Recorder()
+    session.server.kill(session.pid)
+    assert session.wait_exit(10.0) is not None  # the worker is gone, as after a crash
+    session.close()
+    session.close()
+    assert session.transport.closed == 1
+    assert session.sock.fileno() == -1

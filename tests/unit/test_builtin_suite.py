@@ -459,6 +459,11 @@ def _main(argv: list[str]) -> int:
 
     device = argv[argv.index("--device") + 1] if "--device" in argv else "cpu"
     items = json.load(sys.stdin)
+    # references in exact fp32, as the evaluator runs them (regression: cuDNN's default TF32 made
+    # the conv2d reference itself off by 1e-3 on the H200, failing a correct solution)
+    from tritonforge.evaluation.reference import exact_fp32
+
+    exact_fp32()
     with tempfile.TemporaryDirectory(prefix="tf_builtin_") as tmp:
         for item in items:
             print(json.dumps(_check_one(item, device, Path(tmp))), flush=True)

@@ -87,6 +87,8 @@ def test_value_that_does_not_fit_is_refused_before_writing() -> None:
         {"dtype": "float32", "shape": [4], "offset": 0, "nbytes": 12},  # size disagrees
         {"dtype": "object", "shape": [4], "offset": 0, "nbytes": 16},
         {"dtype": "float32", "shape": [-4], "offset": 0, "nbytes": 16},
+        {"dtype": "float32", "shape": [0, 2**63], "offset": 0, "nbytes": 0},  # torch overflow
+        {"dtype": "float32", "shape": [0, 2**62, 2**62], "offset": 0, "nbytes": 0},
     ],
 )
 def test_hostile_descriptors_are_protocol_errors(meta: dict) -> None:
@@ -204,3 +206,25 @@ def test_judge_device_lock_is_one_reentrant_lock_per_device() -> None:
     with a, a:  # re-entrant: transport calls inside a held section must not deadlock
         assert b.acquire(blocking=False)
         b.release()
+
+
+def test_overlapping_regions_cannot_multiply_the_judges_copies() -> None:
+    # Regression (review): 64 descriptors of the whole buffer made the judge clone it 64 times.
+    buf = torch.zeros(128, dtype=torch.uint8)
+    whole = {"dtype": "uint8", "shape": [128], "offset": 0, "nbytes": 128}
+    tree = {"t": "list", "v": [{"t": "tensor", "i": i} for i in range(3)]}
+    with pytest.raises(ProtocolError, match="more bytes"):
+        unpack_buffer({"tree": tree, "tensors": [whole] * 3, "size": 128}, buf)
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [None, 5, {"mutated": 5}, {"mutated": [[0]]}, {"mutated": [0, "a", True]}, {"aliased": []}],
+)
+def test_judge_merges_the_workers_mutation_report_defensively(facts: object) -> None:
+    # Regression (review): a malformed `mutated` from the worker raised TypeError in the judge,
+    # turning a candidate that did mutate its inputs into an internal_error.
+    from tritonforge.evaluation.judge import merge_mutated
+
+    merged = merge_mutated(facts, [2])
+    assert 2 in merged["mutated"] and all(type(x) is int for x in merged["mutated"])

@@ -160,17 +160,18 @@ class _Mapping:
     """A physical allocation mapped read-write into this process's device address space."""
 
     def __init__(self, device: str | torch.device, nbytes: int):
+        self.ctx: _Context | None = None
+        self.handle = _u64(0)
+        self.ptr = _u64(0)
+        self.size = 0
+        self.mapped = False
+        self.closed = False
         if nbytes <= 0:
             raise DevShareError("a shared buffer needs a positive size")
         self.index = _index(device)
         self.device = torch.device("cuda", self.index)
         self.nbytes = nbytes
         self.ctx = _Context(self.index)
-        self.handle = _u64(0)
-        self.ptr = _u64(0)
-        self.size = 0
-        self.mapped = False
-        self.closed = False
         with self.ctx as lib:
             gran = ctypes.c_size_t()
             prop = _prop(self.ctx.dev.value)
@@ -214,18 +215,21 @@ class _Mapping:
             "cuMemSetAccess",
         )
 
-    def tensor(self) -> torch.Tensor:
-        """The whole buffer as a flat uint8 tensor on its device (no copy)."""
+    def tensor(self, whole: bool = False) -> torch.Tensor:
+        """The buffer's `nbytes` (with `whole`: every mapped byte, granule-rounded) as a flat
+        uint8 tensor on its device (no copy)."""
         if self.closed:
             raise DevShareError("the shared buffer is closed")
-        t = torch.as_tensor(_CudaArray(self.ptr.value, self.nbytes, self), device=self.device)
-        if t.data_ptr() != self.ptr.value or t.numel() != self.nbytes:
+        n = self.size if whole else self.nbytes
+        t = torch.as_tensor(_CudaArray(self.ptr.value, n, self), device=self.device)
+        if t.data_ptr() != self.ptr.value or t.numel() != n:
             raise DevShareError("torch did not view the mapped memory in place")
         return t
 
     def close(self) -> None:
         """Unmap and release (idempotent). Callers synchronise pending work first."""
-        if self.closed:
+        if self.closed or self.ctx is None:
+            self.closed = True
             return
         self.closed = True
         with self.ctx as lib:
@@ -242,9 +246,9 @@ class ExportedBuffer(_Mapping):
     """Judge side: device memory this process allocates and offers to a worker by fd."""
 
     def __init__(self, device: str | torch.device, nbytes: int):
-        super().__init__(device, nbytes)
         self.fd = -1
         try:
+            super().__init__(device, nbytes)
             with self.ctx as lib:
                 if not self.ctx.attribute(_ATTR_VMM_SUPPORTED):
                     raise DevShareError("the device does not support virtual memory management")
@@ -309,8 +313,7 @@ class ImportedBuffer(_Mapping):
                 )
                 self._map(lib)
         except BaseException:
-            if getattr(self, "ctx", None) is not None:
-                self.close()
+            self.close()
             raise
         finally:
             os.close(fd)

@@ -19,13 +19,18 @@ Does not cover: exclusivity between candidates' timing phases (judge.Evaluator.t
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
-_LOCKS: dict[str, threading.RLock] = {}
+_LOCKS: dict[str, Any] = {}
 _GUARD = threading.Lock()
+_NO_LOCK = nullcontext()  # CPU judging times nothing: its reference runs stay parallel
 
 
-def judge_device(device: str) -> threading.RLock:
-    """The lock of `device` ("cpu", "cuda:0", ...) in this process."""
+def judge_device(device: str) -> AbstractContextManager:
+    """The lock of `device` ("cuda:0", ...) in this process; a no-op for "cpu"."""
+    if device == "cpu":
+        return _NO_LOCK
     with _GUARD:
         lock = _LOCKS.get(device)
         if lock is None:

@@ -58,10 +58,13 @@ def time_candidate(
     with ev.timing_lock(device), torch.cuda.device(device):
         timer = ev._timers.get(device) or ev._timers.setdefault(device, ReferenceTimer(device))
         compiled_ref = compiled_reference(ev, problem, ref) if s.compile_baseline else None
+        if compiled_ref is not None:  # compile outside the judge's device lock (seconds)
+            with torch.no_grad():
+                compiled_ref(*dev_inputs)
         for r in range(s.perf_rounds):
             warm = s.perf_warmup if r == 0 else 1
             carry, carry_fds = session.transport.send(case)
-            reply, _ = ev._call(
+            reply, extra = ev._call(
                 session,
                 {"op": "time", **carry, "warmup": warm, "trials": per_round},
                 carry_fds,
@@ -69,6 +72,8 @@ def time_candidate(
                 "timing",
                 True,
             )
+            for fd in extra:  # the worker attaches nothing to this reply
+                os.close(fd)
             if not reply.get("ok"):
                 raise Stop(ev._from_failure(reply, "timing", True))
             cand += reply["times_ms"][1:] if r == 0 else reply["times_ms"]

@@ -269,11 +269,13 @@ class Evaluator:
             **shared,
         }
         t = time.monotonic()
-        reply, _ = self._call(
+        reply, extra = self._call(
             session, msg, [init_fd, *shared_fds], s.budgets.import_s, "import", False
         )
+        for fd in extra:  # the worker attaches nothing to this reply
+            os.close(fd)
         phases["import"] = time.monotonic() - t
-        if reply.get("cuda_init_s"):
+        if isinstance(reply.get("cuda_init_s"), (int, float)):
             phases["cuda_init"] = float(reply["cuda_init_s"])
         if not reply.get("ok"):
             return self._from_failure(reply, "import", False)
@@ -380,14 +382,10 @@ class Evaluator:
                 return v
             t = time.monotonic()
             outputs = self._outputs(session, reply, fds)
-            facts = reply.get("facts") or {}
             # the judge's own look at the shared input buffer joins the worker's report
             seen = session.transport.mutated(case, bool(carry.get("shared")))
-            if seen and isinstance(facts, dict):
-                reply["facts"] = {
-                    **facts,
-                    "mutated": sorted(set(facts.get("mutated") or []) | set(seen)),
-                }
+            if seen:
+                reply["facts"] = merge_mutated(reply.get("facts"), seen)
             records.append(reply["audit"])
             stop = self._check_trial(
                 i,
@@ -460,6 +458,15 @@ class Evaluator:
             compiled=compiled and status is not Status.COMPILE_ERROR,
             message=msg,
         )
+
+
+def merge_mutated(facts: Any, seen: list[int]) -> dict[str, Any]:
+    """The worker's facts with the inputs the judge saw changed added to `mutated`. The worker's
+    part is untrusted JSON: anything but a list of ints is ignored, never raised on."""
+    facts = facts if isinstance(facts, dict) else {}
+    told = facts.get("mutated") if isinstance(facts.get("mutated"), list) else []
+    ints = {x for x in told if isinstance(x, int) and not isinstance(x, bool)}
+    return {**facts, "mutated": sorted(ints | set(seen))}
 
 
 class LocalBackend:

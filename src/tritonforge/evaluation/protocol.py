@@ -289,8 +289,21 @@ def _unpack(desc: Any, size: int, region: Any, keep_strides: bool, device: str) 
     metas = desc["tensors"]
     if len(metas) > MAX_TENSORS:
         raise ProtocolError("too many tensors in descriptor")
-    tensors = [_tensor_from(meta, size, region, keep_strides, device) for meta in metas]
+    # the tensors together cannot hold more than the buffer: overlapping regions copied many
+    # times over would let a worker make the judge allocate far more than it sent
+    total = sum(m.get("nbytes") for m in metas if isinstance(m, dict) and _is_int(m.get("nbytes")))
+    if total > size:
+        raise ProtocolError("tensor descriptors claim more bytes than the shared buffer holds")
+    try:
+        tensors = [_tensor_from(meta, size, region, keep_strides, device) for meta in metas]
+    except (TypeError, ValueError, OverflowError, RuntimeError) as exc:  # e.g. absurd shapes
+        first = (str(exc).splitlines() or [""])[0]
+        raise ProtocolError(f"bad tensor descriptor: {type(exc).__name__}: {first}"[:300]) from None
     return _build(desc.get("tree"), tensors, 0)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _tensor_from(

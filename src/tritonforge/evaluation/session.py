@@ -83,6 +83,7 @@ class Session:
         self.exit: ChildExit | None = None
         self.unsolicited = False
         self.transport: Any = None  # transport.Transport, closed after the worker is gone
+        self.closed = False
 
     def request(
         self, msg: dict[str, Any], fds: list[int] | None, deadline: float
@@ -101,10 +102,15 @@ class Session:
         if self.exit is None:
             self.server.kill(self.pid)
             self.exit = self.server.wait_exit(self.pid, wait_s)
-            self.reader.close_fds()
-            self.sock.close()
-            if self.transport is not None:
-                self.transport.close()
+        # also when the worker had already ended (crash: exit set by wait_exit), once
+        if not self.closed:
+            self.closed = True
+            try:
+                self.reader.close_fds()
+                self.sock.close()
+            finally:
+                if self.transport is not None:
+                    self.transport.close()
         return self.exit
 
     def wait_exit(self, wait_s: float) -> ChildExit | None:

@@ -60,20 +60,28 @@ class Transport:
             with judge_device(self.device):
                 return self._offer(case, out_bytes)
         except Exception as exc:  # no device sharing here: memfds (logged once per reason)
-            self._fall_back(f"{type(exc).__name__}: {exc}")
+            self._fall_back(f"{type(exc).__name__}: {str(exc)[:200]}")
             return {}, []
 
     def _offer(self, case: Case, out_bytes: int) -> tuple[dict[str, Any], list[int]]:
         try:
             self.inp = ExportedBuffer(self.device, max(case.desc["size"], TOKEN_BYTES))
             self.out = ExportedBuffer(self.device, max(out_bytes, TOKEN_BYTES))
+            # every byte the worker can map starts as zero: freshly created physical memory of
+            # this process's context is not guaranteed to be scrubbed (cached expected outputs)
+            self.inp.tensor(whole=True).zero_()
+            self.out.tensor(whole=True).zero_()
             self.inp_t, self.out_t = self.inp.tensor(), self.out.tensor()
             self.token = secrets.token_bytes(TOKEN_BYTES)
             token = torch.frombuffer(bytearray(self.token), dtype=torch.uint8)
             self.inp_t[:TOKEN_BYTES].copy_(token)
-            self.out_t[:TOKEN_BYTES].zero_()
             torch.cuda.synchronize(self.inp.device)
-            fds = [self.inp.share(), self.out.share()]
+            fds = [self.inp.share()]
+            try:
+                fds.append(self.out.share())
+            except BaseException:
+                os.close(fds[0])
+                raise
         except BaseException:
             self.close()
             raise
@@ -88,7 +96,8 @@ class Transport:
         got = reply.get("shared")
         if not isinstance(got, dict) or got.get("error"):
             err = got.get("error") if isinstance(got, dict) else None
-            self._fall_back(f"the worker could not map the shared buffers: {err or 'no answer'}")
+            # the worker's words go to the log only, trimmed: the reason is a fixed key
+            self._fall_back("the worker could not map the shared buffers", str(err or "no answer"))
             return
         with judge_device(self.device):
             echoed = bytes(self.out_t[:TOKEN_BYTES].cpu().tolist())
@@ -97,26 +106,32 @@ class Transport:
             return
         self.active = True
 
-    def _fall_back(self, why: str) -> None:
+    def _fall_back(self, why: str, detail: str = "") -> None:
         self.reason = why
         self.active = False
         self.close()
         with _WARN_LOCK:
             if why not in _WARNED:
                 _WARNED.add(why)
-                log.warning("device transport unavailable (%s): using host memfds", why)
+                log.warning(
+                    "device transport unavailable (%s%s): using host memfds",
+                    why,
+                    f": {detail[:300]}" if detail else "",
+                )
 
     # -- per request ----------------------------------------------------------------------------
     def send(self, case: Case) -> tuple[dict[str, Any], list[int]]:
         """Message fields and fds that carry `case`'s inputs."""
+        # shared_out: the worker may write its outputs into the shared buffer (only once accepted)
+        out = {"shared_out": True} if self.active else {}
         if self.active and case.packed is not None and case.desc["size"] <= self.inp.nbytes:
             size = case.desc["size"]
             with judge_device(self.device):
                 if size:
                     self.inp_t[:size].copy_(case.packed)
                 torch.cuda.synchronize(self.inp.device)  # complete before the worker reads it
-            return {"inputs": case.desc, "shared": True}, []
-        return {"inputs": case.desc}, [os.dup(case.fd)]
+            return {"inputs": case.desc, "shared": True, **out}, []
+        return {"inputs": case.desc, **out}, [os.dup(case.fd)]
 
     def outputs(self, reply: dict[str, Any], fds: list[int]) -> Any:
         """The worker's outputs as private tensors on the judge's device. Closes `fds`."""

@@ -261,7 +261,8 @@ class Worker:
         }
         fds: list[int] = []
         try:
-            desc = pack_into(out, self.shared_out) if self.shared_out is not None else None
+            shared = self.shared_out is not None and msg.get("shared_out")
+            desc = pack_into(out, self.shared_out) if shared else None
             if desc is not None:  # straight into the judge's shared output buffer
                 desc["shared"] = True
                 self._sync()
