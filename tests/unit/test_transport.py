@@ -25,6 +25,7 @@ from tritonforge.evaluation.protocol import (
     ProtocolError,
     pack,
     pack_into,
+    packed_size,
     unpack,
     unpack_buffer,
 )
@@ -48,7 +49,7 @@ def test_buffer_layout_round_trips_every_dtype(name: str) -> None:
     value = [x, x.t(), (x[:, ::2], 3), x[0, 0], 1.5, None]
     buf = torch.zeros(4096, dtype=torch.uint8)
     desc = pack_into(value, buf)
-    assert desc is not None
+    assert desc is not None and desc["size"] == packed_size(value)
     got = unpack_buffer(desc, buf, keep_strides=True)
     assert got[4] == 1.5 and got[5] is None and got[2][1] == 3
     for a, b in [(got[0], x), (got[1], x.t()), (got[2][0], x[:, ::2]), (got[3], x[0, 0])]:

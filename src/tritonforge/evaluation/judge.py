@@ -279,10 +279,10 @@ class Evaluator:
             phases["cuda_init"] = float(reply["cuda_init_s"])
         if not reply.get("ok"):
             return self._from_failure(reply, "import", False)
-        session.transport.accept(reply)
-        t = session.transport
+        tr = session.transport
+        tr.accept(reply)
         with self._lock:
-            self.transport_stats["shared" if t.active else f"memfd: {t.reason}"] += 1
+            self.transport_stats["shared" if tr.active else f"memfd: {tr.reason}"] += 1
         sandbox = reply.get("sandbox") or {}
         return [f"sandbox: {sandbox.get('user', 'unknown')}"] + [
             f"sandbox warning: {w}" for w in sandbox.get("warnings", [])

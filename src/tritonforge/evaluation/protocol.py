@@ -197,8 +197,17 @@ def _layout(value: Any) -> tuple[Any, list[torch.Tensor], list[dict[str, Any]], 
             }
         )
         sources.append(h)
-        offset += (nbytes + 63) // 64 * 64
+        offset += _aligned(nbytes)
     return tree, sources, metas, offset
+
+
+def _aligned(nbytes: int) -> int:
+    return (nbytes + 63) // 64 * 64
+
+
+def packed_size(value: Any) -> int:
+    """Bytes `pack`/`pack_into` need for `value` (each tensor 64-byte aligned)."""
+    return sum(_aligned(t.numel() * t.element_size()) for t in flatten_tensors(value))
 
 
 def _write(dest: torch.Tensor, sources: list[torch.Tensor], metas: list[dict[str, Any]]) -> None:

@@ -23,7 +23,7 @@ import torch
 
 from tritonforge.evaluation.devshare import DevShareError, ExportedBuffer
 from tritonforge.evaluation.gpu_lock import judge_device
-from tritonforge.evaluation.protocol import ProtocolError, flatten_tensors, unpack, unpack_buffer
+from tritonforge.evaluation.protocol import ProtocolError, packed_size, unpack, unpack_buffer
 from tritonforge.evaluation.reference import Case
 from tritonforge.logging_setup import get_logger
 
@@ -55,7 +55,7 @@ class Transport:
         if self.reason or case.packed is None:
             self.reason = self.reason or "no device copy of the inputs"
             return {}, []
-        out_bytes = _aligned_bytes(case.expected)
+        out_bytes = packed_size(case.expected)
         try:
             with judge_device(self.device):
                 return self._offer(case, out_bytes)
@@ -188,10 +188,6 @@ class Transport:
                     log.warning("releasing a shared buffer failed: %s", exc)
         self.inp = self.out = self.inp_t = self.out_t = None
         self.active = False
-
-
-def _aligned_bytes(value: Any) -> int:
-    return sum((t.numel() * t.element_size() + 63) // 64 * 64 for t in flatten_tensors(value))
 
 
 def _tensor_ids(node: Any) -> list[int]:
