@@ -41,7 +41,7 @@ def sequences(step: int, n: int = 7):
 
 def main(mode: str, out: str) -> None:
     from tritonforge.config.train import SFTRunConfig, TrainerConfig
-    from tritonforge.training.distributed import destroy_distributed, init_distributed
+    from tritonforge.training.distributed import barrier, destroy_distributed, init_distributed
 
     ctx = init_distributed(device="cpu")
     batch = {"micro_batch_tokens": 48, "chunk_tokens": 16}
@@ -78,6 +78,10 @@ def main(mode: str, out: str) -> None:
     if ctx.is_main:
         torch.save({k: v.detach().cpu().float() for k, v in state.items()}, out)
         Path(out + ".json").write_text(json.dumps({"losses": losses, "world": ctx.world_size}))
+    # every rank reaches the teardown together: in one clean-clone CI run (2026-12-02) rank 1 tore
+    # its gloo group down while rank 0 was still saving and died of SIGABRT ("terminate called
+    # without an active exception"); 3 reruns passed, so the race is rare
+    barrier(ctx)
     destroy_distributed()
 
 
