@@ -30,6 +30,9 @@ _HANDLE_POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 _LOCATION_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE
 _ACCESS_RW = 3  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 _GRANULARITY_MINIMUM = 0
+TOKEN_BYTES = (
+    8  # the judge's random token, echoed by the worker from the input to the output buffer
+)
 
 
 class DevShareError(RuntimeError):

@@ -46,11 +46,8 @@ def time_candidate(
     records: list[dict[str, Any]],
 ) -> None:
     case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
-    with judge_device(device):
-        if case.packed is not None:  # the reference's inputs: a device-to-device copy of the case
-            dev_inputs = list(unpack_buffer(case.desc, case.packed, keep_strides=True))
-        else:
-            dev_inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in case.inputs]
+    with judge_device(device):  # the reference's inputs: a device-to-device copy of the case
+        dev_inputs = list(unpack_buffer(case.desc, case.packed, keep_strides=True))
     per_round = max(2, s.perf_trials // s.perf_rounds)
     cand, base, comp, launches = [], [], [], []
     t = time.monotonic()

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
+from tritonforge.evaluation.compare import output_bytes
 from tritonforge.evaluation.gpu_lock import judge_device
 from tritonforge.evaluation.protocol import (
-    flatten_tensors,
     map_tensors,
     pack,
     pack_into,
@@ -196,7 +196,7 @@ class ReferenceStore:
                     f"reference {ref.problem.id} failed on its own inputs: {type(exc).__name__}: {exc}"
                 ) from exc
             desc, fd = pack(inputs)
-            out_bytes = sum(t.numel() * t.element_size() for t in flatten_tensors(expected))
+            out_bytes = output_bytes(expected)
             packed = None
             if ref.device != "cpu":  # what a shared device buffer is filled from (transport.py)
                 packed = torch.empty(desc["size"], dtype=torch.uint8, device=ref.device)

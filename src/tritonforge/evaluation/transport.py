@@ -21,14 +21,13 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.devshare import DevShareError, ExportedBuffer
+from tritonforge.evaluation.devshare import TOKEN_BYTES, DevShareError, ExportedBuffer
 from tritonforge.evaluation.gpu_lock import judge_device
 from tritonforge.evaluation.protocol import ProtocolError, packed_size, unpack, unpack_buffer
 from tritonforge.evaluation.reference import Case
 from tritonforge.logging_setup import get_logger
 
 log = get_logger("evaluation.transport")
-TOKEN_BYTES = 8
 _WARNED: set[str] = set()
 _WARN_LOCK = threading.Lock()
 

@@ -138,7 +138,7 @@ class Worker:
     def _map_shared(self, want: Any, fds: list[int]) -> dict[str, Any]:
         """Map the judge's two shared device buffers (before any candidate code runs) and echo
         its token from the input buffer into the output buffer. Returns what to report."""
-        from tritonforge.evaluation.devshare import DevShareError, ImportedBuffer
+        from tritonforge.evaluation.devshare import TOKEN_BYTES, DevShareError, ImportedBuffer
 
         try:
             if not isinstance(want, dict) or len(fds) != 2:
@@ -148,8 +148,8 @@ class Worker:
             inp = ImportedBuffer(fds.pop(0), self.device, sizes[0], sizes[1])
             out = ImportedBuffer(fds.pop(0), self.device, sizes[2], sizes[3])
             self.shared_in, self.shared_out = inp.tensor(), out.tensor()
-            token = self.shared_in[:8].clone()
-            self.shared_out[:8].copy_(token)
+            token = self.shared_in[:TOKEN_BYTES].clone()
+            self.shared_out[:TOKEN_BYTES].copy_(token)
             self._sync()
             return {"token": bytes(token.cpu().tolist()).hex()}
         except (DevShareError, RuntimeError, ValueError, KeyError, TypeError) as exc:
