@@ -157,3 +157,25 @@ def test_pass_at_k_by_hand() -> None:
     # 1 - C(2,2)/C(4,2) = 1 - 1/6
     assert pass_at_k(4, 2, 2) == pytest.approx(5 / 6)
     assert pass_at_k(4, 3, 2) == 1.0
+
+
+def test_speedup_early_stop_keeps_improving_a_correct_answer(tokenizer, backend) -> None:
+    """early_stop="speedup" (the GPU configs): a correct turn below the speedup target gets the
+    'make it faster' feedback and another turn; untimed (CPU) counts as below the target."""
+    relu = next(p for p in load_suite("builtin", size="cpu") if p.name == "relu")
+    solution = f"```python\n{relu.solution_src}\n```"
+    cfg = AgentConfig(max_turns=2, early_stop="speedup", stop_speedup=2.0)
+    agent = Agent(ScriptedEngine(tokenizer, [solution]), tokenizer, _task(backend), cfg)
+    (t,) = asyncio.run(agent.run([(relu, 0, "g")]))
+    assert [x.verdict.status for x in t.turns] == [Status.CORRECT, Status.CORRECT]
+    assert "faster" in t.turns[0].feedback_text
+
+
+@pytest.mark.parametrize("name", ["single-gpu", "multi-node"])
+def test_gpu_configs_continue_after_a_correct_turn(name: str) -> None:
+    from tritonforge.config import load_config
+    from tritonforge.config.run import TrainRunConfig
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(TrainRunConfig, str(root / "configs" / f"{name}.toml"), [])
+    assert cfg.agent.early_stop == "speedup" and cfg.agent.stop_speedup == 2.0

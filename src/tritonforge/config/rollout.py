@@ -39,6 +39,11 @@ class EvalBackendConfig(Section):
     token: str | None = Field(None, description="http: bearer token (or TRITONFORGE_EVAL_TOKEN)")
     concurrency: int = Field(2, ge=1, description="evaluations in flight")
     timeout_s: float = Field(900.0, gt=0, description="http: one evaluation request")
+    cache: bool = Field(
+        False,
+        description="judge each distinct program once per run (untimed verdicts only; "
+        "rollout.verdict_cache); sound on the CPU interpreter, where verdicts are deterministic",
+    )
     settings: EvalSettings = Field(default_factory=EvalSettings)
 
 

@@ -14,7 +14,7 @@ from pydantic import Field
 from tritonforge.config import Section
 from tritonforge.config.rollout import EvalBackendConfig, ProblemsConfig
 from tritonforge.config.scale import ScaleConfig
-from tritonforge.config.train import TrainerConfig
+from tritonforge.config.train import SFTDataConfig, TrainerConfig
 from tritonforge.rollout.agent import AgentConfig
 from tritonforge.rollout.buffer import BufferConfig
 from tritonforge.rollout.engines.base import EngineConfig
@@ -38,6 +38,11 @@ class EvalPassConfig(Section):
     samples: int = Field(4, ge=1, description="episodes per problem")
     temperature: float | None = Field(None, ge=0, description="None: the training temperature")
     seed: int = Field(1234, description="sampling seed, identical before and after")
+    extra: dict[str, ProblemsConfig] = Field(
+        default_factory=dict,
+        description="further named problem sets measured the same way (e.g. held-out problems); "
+        "summary.json has them under before/after.sets.NAME",
+    )
 
 
 class TrainRunConfig(Section):
@@ -47,11 +52,25 @@ class TrainRunConfig(Section):
     steps: int = Field(10, ge=1, description="RL steps (one trainer update each)")
     problems_per_step: int = Field(4, ge=1)
     seed: int = 0
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch intra-op threads for the run (pinned: same numbers on "
+        "machines of the same kind); None leaves torch's default",
+    )
+    deterministic: bool = Field(
+        False, description="deterministic torch algorithms and seeded global RNGs (from seed)"
+    )
     weight_sync: Literal["auto", "state_dict", "disk"] = Field(
         "auto", description="auto: in-memory for the in-process engine, saved weights otherwise"
     )
     save_rollouts: bool = Field(True, description="write each step's groups to RUN_DIR/rollouts/")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    anchor: SFTDataConfig | None = Field(
+        None,
+        description="known-correct answers (SFT data, in the rollout format) the step guard "
+        "also protects: no step may lower their log-prob by more than trainer.rl.max_logprob_drop",
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig)
     task: TaskConfig = Field(default_factory=TaskConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)

@@ -19,6 +19,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from tritonforge.config import Section
+from tritonforge.config.eval import EvalSettings
+from tritonforge.config.rollout import ProblemsConfig
 from tritonforge.rollout.feedback import FeedbackConfig
 from tritonforge.rollout.prompts import PromptConfig
 
@@ -32,6 +34,7 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "RLConfig",
+    "RepairDataConfig",
     "SFTConfig",
     "SFTDataConfig",
     "SFTRunConfig",
@@ -161,6 +164,14 @@ class RLConfig(Section):
         1.0, gt=0, description="Sampling temperature of the rollouts (log-probs use it too)."
     )
     log_entropy: bool = Field(True, description="Compute entropy for metrics when not in the loss.")
+    max_logprob_drop: float = Field(
+        0.0,
+        ge=0,
+        description="Step guard (training.step_guard): after a step, no correct answer of the "
+        "batch (a turn judged correct) may lose more than this many nats of summed log-prob; "
+        "else the step is halved, or undone. 0 = off.",
+    )
+    guard_halvings: int = Field(3, ge=0, description="Step guard: halvings before undoing.")
     shuffle: bool = Field(True, description="Shuffle sequences between minibatches (seeded).")
     seed: int = 0
 
@@ -214,6 +225,31 @@ class TrainerConfig(Section):
     keep_weights: int = Field(2, ge=1, description="Versioned weight dirs kept on disk.")
 
 
+def _repair_eval() -> EvalSettings:
+    return EvalSettings(device="cpu", secret_seed=0)
+
+
+class RepairDataConfig(Section):
+    """Repair episodes for SFT: each solution broken by named mutations, every broken program
+    judged by the real evaluator, then [prompt, broken program, its feedback, the solution]."""
+
+    mutations: list[str] = Field(
+        default_factory=list,
+        description="names in training.repair_data.MUTATIONS, tried in this order; empty = none",
+    )
+    per_problem: int = Field(3, ge=1, description="episodes kept per problem (first that fail)")
+    problems: list[str] = Field(
+        default_factory=list, description="only these problems (ids or names); empty = every pair"
+    )
+    cache_dir: str | None = Field(
+        None, description="verdicts cached here (JSONL keyed by problem, code and settings)"
+    )
+    workers: int = Field(2, ge=1, description="evaluations in flight")
+    eval: EvalSettings = Field(
+        default_factory=_repair_eval, description="how mutations are judged (fixed hidden seed)"
+    )
+
+
 class SFTDataConfig(Section):
     """What SFT trains on and how examples become token streams."""
 
@@ -234,6 +270,15 @@ class SFTDataConfig(Section):
         "entry_point", description="kernelbook: class name column; renamed to Model/ModelNew."
     )
     messages_column: str = Field("messages", description="chat: the list of messages.")
+    extra_problems: list[ProblemsConfig] = Field(
+        default_factory=list,
+        description="builtin/kernelbook: also the (problem, solution) pairs of these problem sets "
+        "(any suite, e.g. suite 'variants' category 'sft').",
+    )
+    repair: RepairDataConfig = Field(
+        default_factory=RepairDataConfig,
+        description="builtin/kernelbook: repair episodes from judged mutations of the pairs.",
+    )
     thinking: Literal["none", "empty", "short"] = Field(
         "empty", description="Answer opens with no think block, an empty one, or `think_text`."
     )
@@ -275,3 +320,12 @@ class SFTRunConfig(Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     dist: DistConfig = Field(default_factory=DistConfig)
     output_dir: str = Field("final", description="Final HF model dir (relative to run_dir).")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch intra-op threads (pinned: same numbers on machines of the "
+        "same kind); None leaves torch's default",
+    )
+    deterministic: bool = Field(
+        False, description="deterministic torch algorithms and seeded global RNGs (sft.seed)"
+    )

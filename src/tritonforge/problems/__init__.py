@@ -58,6 +58,7 @@ def select(
 _SUITE_MODULES = {
     "builtin": "tritonforge.problems.builtin",
     "kernelbench": "tritonforge.problems.kernelbench",
+    "variants": "tritonforge.problems.variants",
 }
 
 

@@ -49,14 +49,22 @@ def load_problems(cfg: ProblemsConfig) -> list[Problem]:
 
 
 def build_eval_backend(cfg: EvalBackendConfig) -> EvalBackend:
+    """The configured backend, behind a verdict memo when `cfg.cache`."""
+    backend: EvalBackend
     if cfg.type == "http":
         from tritonforge.evaluation.client import EvalClient
 
         token = cfg.token or os.environ.get("TRITONFORGE_EVAL_TOKEN")
-        return EvalClient(cfg.urls, token=token, timeout_s=cfg.timeout_s)
-    from tritonforge.evaluation.judge import Evaluator, LocalBackend
+        backend = EvalClient(cfg.urls, token=token, timeout_s=cfg.timeout_s)
+    else:
+        from tritonforge.evaluation.judge import Evaluator, LocalBackend
 
-    return LocalBackend(Evaluator(cfg.settings), concurrency=cfg.concurrency)
+        backend = LocalBackend(Evaluator(cfg.settings), concurrency=cfg.concurrency)
+    if cfg.cache:
+        from tritonforge.rollout.verdict_cache import CachedBackend
+
+        return CachedBackend(backend)
+    return backend
 
 
 def build_agent(

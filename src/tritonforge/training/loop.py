@@ -26,37 +26,10 @@ from tritonforge.rollout.agent import Agent
 from tritonforge.rollout.buffer import RolloutBuffer, save_groups
 from tritonforge.rollout.engines.base import Engine, build_engine
 from tritonforge.rollout.runner import build_agent, build_eval_backend, collect, load_problems
-from tritonforge.types import Group, Problem, Status, Trajectory
+from tritonforge.training.episodes import episode_stats
+from tritonforge.types import Group, Problem
 
 log = get_logger("tritonforge.train")
-
-
-def episode_stats(trajs: list[Trajectory]) -> dict[str, float]:
-    """Pass rate (any turn correct), first-turn pass rate and mean return over episodes."""
-    valid = [t for t in trajs if t.turns]
-    if not valid:
-        return {
-            "episodes": 0.0,
-            "pass_rate": 0.0,
-            "first_turn_pass": 0.0,
-            "mean_reward": 0.0,
-            "compiled_rate": 0.0,
-        }
-
-    def ok(turn) -> bool:
-        return turn.verdict is not None and turn.verdict.status is Status.CORRECT
-
-    return {
-        "episodes": float(len(trajs)),
-        "pass_rate": sum(any(ok(x) for x in t.turns) for t in valid) / len(trajs),
-        "first_turn_pass": sum(ok(t.turns[0]) for t in valid) / len(trajs),
-        "mean_reward": sum(t.turns[0].ret for t in valid) / len(trajs),
-        "mean_best_turn_reward": sum(max(x.reward for x in t.turns) for t in valid) / len(trajs),
-        "compiled_rate": sum(
-            any(x.verdict is not None and x.verdict.compiled for x in t.turns) for t in valid
-        )
-        / len(trajs),
-    }
 
 
 async def measure(
@@ -66,23 +39,40 @@ async def measure(
     seed: int,
     temperature: float | None,
     tag: str,
+    extra: dict[str, list[Problem]] | None = None,
 ) -> dict[str, Any]:
-    """Play `samples` episodes per problem with a fixed seed; per-problem and overall stats."""
+    """Play `samples` episodes per problem with a fixed seed; per-problem and overall stats
+    (training.episodes), and the same for each named `extra` set under "sets". Every set is
+    played in one batch, so a set's episodes get the same seeds whenever it is measured."""
     saved = agent.params
     update: dict[str, Any] = {"seed": seed}
     if temperature is not None:
         update["temperature"] = temperature
     agent.params = saved.model_copy(update=update)
+    named = {"": problems, **(extra or {})}
+    jobs = [
+        (p, i, f"{tag}:{name}:{p.id}")
+        for name, ps in named.items()
+        for p in ps
+        for i in range(samples)
+    ]
     try:
-        trajs = await agent.run([(p, i, f"{tag}:{p.id}") for p in problems for i in range(samples)])
+        trajs = await agent.run(jobs)
     finally:
         agent.params = saved
-    per = {p.id: episode_stats([t for t in trajs if t.problem_id == p.id]) for p in problems}
-    return {
-        "overall": episode_stats(trajs),
-        "per_problem": per,
-        "policy_version": agent.engine.policy_version,
-    }
+    out: dict[str, Any] = {}
+    for name, ps in named.items():
+        mine = [
+            t for t, job in zip(trajs, jobs, strict=True) if job[2].startswith(f"{tag}:{name}:")
+        ]
+        per = {p.id: episode_stats([t for t in mine if t.problem_id == p.id]) for p in ps}
+        result = {"overall": episode_stats(mine), "per_problem": per}
+        if name:
+            out.setdefault("sets", {})[name] = result
+        else:
+            out.update(result)
+    out["policy_version"] = agent.engine.policy_version
+    return out
 
 
 async def push_weights(engine: Engine, trainer: Any, mode: str) -> float:
@@ -151,6 +141,8 @@ class _Driver:
         for k, v in stats.items():
             if k.startswith("turn") or k.startswith("reward_turn"):
                 row[k] = v
+        episodes = episode_stats(trajs)
+        row["pass_turn1"], row["repair"] = episodes["first_turn_pass"], episodes["repair_rate"]
         if fresh:
             m = await asyncio.to_thread(self.trainer.train_step, fresh)
             stats_row = m.as_dict()
@@ -202,8 +194,11 @@ async def run_training(cfg: TrainRunConfig) -> dict[str, Any]:
     """Run the whole RL job in this process; returns (and writes) RUN_DIR/summary.json."""
     from transformers import AutoTokenizer
 
+    from tritonforge.training.reproducible import make_reproducible
     from tritonforge.training.rl import RLTrainer
 
+    if cfg.deterministic or cfg.threads is not None:
+        make_reproducible(cfg.seed, cfg.threads, cfg.deterministic)
     tokenizer = AutoTokenizer.from_pretrained(
         cfg.trainer.model.tokenizer_path or cfg.trainer.model.path
     )
@@ -212,12 +207,23 @@ async def run_training(cfg: TrainRunConfig) -> dict[str, Any]:
     run_dir, logger = open_run(cfg)
     try:
         trainer = RLTrainer(cfg.trainer, tokenizer=tokenizer, run_dir=run_dir)
+        if cfg.anchor is not None:
+            trainer.anchors = anchor_sequences(cfg.anchor, tokenizer)
         agent = build_agent(engine, tokenizer, cfg.task, cfg.agent, backend, cfg.eval)
         return await drive(cfg, trainer, agent, logger, run_dir)
     finally:
         logger.close()
         await engine.aclose()
         await backend.aclose()
+
+
+def anchor_sequences(data: Any, tokenizer: Any) -> list[Any]:
+    """The step guard's anchors: the SFT data of `data` (an SFTDataConfig) as TrainSequences."""
+    from tritonforge.training.batching import TrainSequence
+    from tritonforge.training.sft_data import build_sft_dataset
+
+    examples = build_sft_dataset(data, tokenizer).examples
+    return [TrainSequence(e.token_ids, e.loss_mask, index=i) for i, e in enumerate(examples)]
 
 
 def open_run(cfg: TrainRunConfig) -> tuple[Path, Any]:
@@ -255,17 +261,18 @@ async def drive(
         )
     ev = cfg.evaluate
     eval_problems = load_problems(ev.problems or cfg.problems)
+    extra = {name: load_problems(pc) for name, pc in ev.extra.items()}
     t0 = time.monotonic()
+
+    async def measure_now(tag: str) -> dict[str, Any]:
+        return await measure(agent, eval_problems, ev.samples, ev.seed, ev.temperature, tag, extra)
+
     if ev.enabled and "before" not in summary:
-        summary["before"] = await measure(
-            agent, eval_problems, ev.samples, ev.seed, ev.temperature, "before"
-        )
+        summary["before"] = await measure_now("before")
         write_summary(summary_path, summary)
     await driver.run()
     if ev.enabled:
-        summary["after"] = await measure(
-            agent, eval_problems, ev.samples, ev.seed, ev.temperature, "after"
-        )
+        summary["after"] = await measure_now("after")
     summary.update(
         {
             "steps": cfg.steps,

@@ -31,6 +31,7 @@ LINE_FIELDS: list[tuple[str, str, str]] = [
     ("loss", "loss", "{:.4f}"),
     ("reward", "reward", "{:.2f}"),
     ("pass", "pass", "{:.2f}"),
+    ("repair", "repair", "{:.2f}"),
     ("kl", "kl", "{:.4f}"),
     ("clip_fraction", "clip", "{:.2f}"),
     ("entropy", "ent", "{:.3f}"),

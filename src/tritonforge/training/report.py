@@ -15,9 +15,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tritonforge.training.episodes import EPISODE_KEYS
+
 CURVES = [
     ("reward", "mean reward (rollouts)"),
     ("pass", "pass rate (rollouts)"),
+    ("repair", "repair rate (rollouts)"),
+    ("guard_scale", "step guard: share of the step kept"),
     ("loss", "loss"),
     ("kl", "KL to reference"),
     ("clip_fraction", "clip fraction"),
@@ -85,24 +89,30 @@ def _table(rows: list[list[Any]], head: list[str]) -> str:
     )
 
 
+def _before_after_table(b: dict[str, Any], a: dict[str, Any]) -> str:
+    keys = [k for k in EPISODE_KEYS if k in b and k in a]
+    names = {"first_turn_pass": "pass@turn1", "pass_at_turn2": "pass@turn2"}
+    rows = [[names.get(k, k), b[k], a[k], a[k] - b[k]] for k in keys]
+    return _table(rows, ["metric", "before RL", "after RL", "change"])
+
+
 def before_after(summary: dict[str, Any]) -> str:
-    b, a = (summary.get("before") or {}).get("overall"), (summary.get("after") or {}).get("overall")
+    """Before/after tables: the training problems, then each extra measured set."""
+    before, after = summary.get("before") or {}, summary.get("after") or {}
+    b, a = before.get("overall"), after.get("overall")
     if not b or not a:
         return "<p>No before/after measurement in this run.</p>"
-    keys = [
-        k
-        for k in (
-            "pass_rate",
-            "first_turn_pass",
-            "mean_reward",
-            "mean_best_turn_reward",
-            "compiled_rate",
-            "episodes",
-        )
-        if k in b
-    ]
-    rows = [[k, b[k], a[k], a[k] - b[k]] for k in keys]
-    return _table(rows, ["metric", "before RL", "after RL", "change"])
+    parts = [_before_after_table(b, a)]
+    for name, sb in (before.get("sets") or {}).items():
+        sa = (after.get("sets") or {}).get(name)
+        if sa:
+            parts.append(f"<h3>{html.escape(name)}</h3>")
+            parts.append(_before_after_table(sb["overall"], sa["overall"]))
+    parts.append(
+        "<p>repair_rate = P(second turn correct | first turn not correct); repair_attempts is "
+        "its denominator.</p>"
+    )
+    return "\n".join(parts)
 
 
 def sample_trajectories(run_dir: Path, n: int = 3) -> str:

@@ -10,6 +10,12 @@ Does not cover: producing trajectories, advantages (the buffer fills `Trajectory
 pushing weights to an engine, the sync/async schedule (the driver), or logging (the driver owns
 the MetricsLogger so rollout and trainer metrics share one line).
 
+Step guard (`rl.max_logprob_drop` > 0, training.step_guard): after the step's updates, no
+correct answer of the batch (a turn judged correct) may have lost more than that many nats of
+log-prob since the step began, and no anchor sequence (`anchors`: known correct answers such as
+the SFT data, loss-masked tokens protected) more than that since the first step; otherwise the
+step is halved (up to `rl.guard_halvings` times) or undone.
+
 Old log-probs: with one update per step (ppo_epochs = num_minibatches = 1) old = current
 log-probs detached (ratio 1, no extra forward). Otherwise they are computed once, without
 gradients, before the first update. Reference log-probs are computed only when kl_coef > 0 (the
@@ -24,7 +30,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +51,7 @@ from tritonforge.training.core import MetricSums, TrainCore, frozen_logprobs, ga
 from tritonforge.training.distributed import DistContext, shard_model
 from tritonforge.training.losses import LossInputs, compute_loss
 from tritonforge.training.model import PolicyModel, load_reference, load_tokenizer
+from tritonforge.training.step_guard import StepGuard, protected_tokens
 from tritonforge.types import Trajectory
 
 __all__ = ["RLTrainer", "StepMetrics"]
@@ -107,6 +114,9 @@ class RLTrainer:
             self.ref = PolicyModel(ref_lm, cfg.batch.chunk_tokens, self.core.compute_dtype)
             shard_model(self.ref, ref_lm, cfg.dist, self.ctx)
         self.version = 0
+        # known-correct answers the step guard also protects (e.g. the SFT data); see set_anchors
+        self.anchors: list[TrainSequence] = []  # indices 0..n-1
+        self._anchor_start: dict[int, Tensor] | None = None
         self._compute_entropy = cfg.loss.entropy_coef > 0 or cfg.rl.log_entropy
 
     # ---------------------------------------------------------------- properties
@@ -141,6 +151,7 @@ class RLTrainer:
         need_old = cfg.rl.ppo_epochs > 1 or cfg.rl.num_minibatches > 1
         old = frozen_logprobs(core, core.policy, mine, temp) if need_old else None
         ref = frozen_logprobs(core, self.ref, mine, temp) if self.ref is not None else None
+        guard = self._guard(items, seqs) if cfg.rl.max_logprob_drop > 0 and seqs else None
         sums, gnorms, lr, updates = MetricSums(), [], 0.0, 0
         for _ in range(cfg.rl.ppo_epochs):
             for mini, local_mini in zip(minis, local):
@@ -153,11 +164,27 @@ class RLTrainer:
         for k in MetricSums.SUMMED:
             if k in reduced:
                 reduced[k] /= max(updates, 1)
+        if guard is not None and updates:
+            reduced.update(
+                guard.enforce(cfg.rl.max_logprob_drop, cfg.rl.guard_halvings).as_metrics()
+            )
         stale = [self.version - s.policy_version for s in seqs] or [0]
         if updates:  # an empty batch (nothing scored) leaves the weights and version as they were
             self.version += 1
         elapsed = time.perf_counter() - t0
         return self._metrics(seqs, skipped, reduced, gnorms, lr, updates, stale, elapsed)
+
+    def _guard(self, items: Sequence[Any], seqs: list[TrainSequence]) -> StepGuard:
+        """A StepGuard over the batch's correct answers (against the step's start) and the
+        anchors (against their log-probs at the first step: drift cannot add up)."""
+        temp = self.cfg.rl.temperature
+        protect = {i: protected_tokens(t) for i, t in enumerate(items) if isinstance(t, Trajectory)}
+        if self.anchors and self._anchor_start is None:
+            self._anchor_start = frozen_logprobs(self.core, self.core.policy, self.anchors, temp)
+        anchors = [replace(a, index=len(items) + a.index) for a in self.anchors]
+        protect.update({a.index: list(a.loss_mask) for a in anchors})
+        fixed = {len(items) + k: v for k, v in (self._anchor_start or {}).items()}
+        return StepGuard(self.core, [*anchors, *seqs], protect, temp, fixed)
 
     def _update(
         self,

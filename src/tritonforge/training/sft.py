@@ -35,6 +35,7 @@ from tritonforge.training.core import TrainCore
 from tritonforge.training.distributed import DistContext, all_reduce_sum, init_distributed
 from tritonforge.training.metrics import MetricsLogger
 from tritonforge.training.model import load_tokenizer
+from tritonforge.training.reproducible import make_reproducible
 from tritonforge.training.sft_data import TokenizedExample, build_sft_dataset
 
 __all__ = ["SFTResult", "SFTTrainer", "run_sft"]
@@ -185,6 +186,8 @@ class SFTTrainer:
 
 def run_sft(cfg: SFTRunConfig, model: nn.Module | None = None, tokenizer: Any = None) -> SFTResult:
     """The whole SFT run of `tritonforge sft`: data, train (resuming if asked), final model."""
+    if cfg.deterministic or cfg.threads is not None:
+        make_reproducible(cfg.sft.seed, cfg.threads, cfg.deterministic)
     ctx = init_distributed(cfg.dist)
     run_dir = Path(cfg.run_dir)
     if ctx.is_main:

@@ -2,12 +2,15 @@
 
 Covers: KernelBook-style pairs (parquet or JSONL, configurable column names; the entry-point class
 renamed to Model / ModelNew), chat JSONL ({"messages": [...]}), the built-in suite's
-(problem, solution) pairs; `pair_to_chat` (the SAME opening messages as rollouts via
+(problem, solution) pairs plus those of further problem sets (`extra_problems`, e.g. the
+`variants` suite); `pair_to_chat` (the SAME opening messages as rollouts via
 rollout.prompts.build_messages, the answer as a fenced python block with an optional empty or
-short think block, optional earlier attempts answered by rollout.feedback.build_feedback);
-`tokenize_chat` (the token stream a rollout would produce, with the loss mask exactly on the
-assistant tokens); length filter and dedup (`build_sft_dataset`).
-Does not cover: the training loop (training.sft) or generating new data.
+short think block, optional earlier attempts answered by rollout.feedback.build_feedback: a
+repair episode, trained on its last answer only); `tokenize_chat` (the token stream a rollout
+would produce, with the loss mask exactly on the trained assistant tokens); length filter and
+dedup (`build_sft_dataset`). Repair episodes built from judged mutations come from
+training.repair_data when `repair.mutations` is set.
+Does not cover: the training loop (training.sft) or judging (training.repair_data, evaluation).
 
 Token stream, as in a multi-turn rollout (token in, token out): the prompt is
 `render(messages[:first assistant], add_generation_prompt=True)`; each assistant answer is
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tritonforge.config.rollout import ProblemsConfig
 from tritonforge.config.train import SFTDataConfig
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.feedback import build_feedback
@@ -55,6 +59,7 @@ __all__ = [
     "load_kernelbook",
     "load_records",
     "pair_to_chat",
+    "problem_set_pairs",
     "tokenize_chat",
 ]
 
@@ -64,8 +69,12 @@ Message = dict[str, str]
 
 @dataclass(frozen=True)
 class ChatExample:
+    """A chat; `train_last_only`: only the last assistant message is trained on (a repair
+    episode's earlier, wrong attempts are context, never targets)."""
+
     messages: list[Message]
     source: str = ""
+    train_last_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,7 +206,7 @@ def pair_to_chat(
         messages.append({"role": "assistant", "content": answer_text(code, cfg)})
         messages.append({"role": "user", "content": build_feedback(verdict, cfg.feedback)})
     messages.append({"role": "assistant", "content": answer_text(solution_src, cfg)})
-    return ChatExample(messages, problem.id)
+    return ChatExample(messages, problem.id, train_last_only=bool(attempts))
 
 
 # ------------------------------------------------------------------------------------ tokens
@@ -207,10 +216,11 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 
 def tokenize_chat(
     tokenizer: Any, messages: Sequence[Mapping[str, str]], eot_id: int,
-    enable_thinking: bool | None = None, source: str = "",
+    enable_thinking: bool | None = None, source: str = "", train_last_only: bool = False,
 ) -> TokenizedExample:  # fmt: skip
     """The rollout-shaped token stream of a chat and its assistant-only loss mask (see the
-    module docstring). Messages after the last assistant message are ignored."""
+    module docstring). Messages after the last assistant message are ignored. With
+    `train_last_only` the earlier assistant messages get mask 0 (context, not targets)."""
     roles = [m["role"] for m in messages]
     if "assistant" not in roles:
         raise TemplateError("no assistant message")
@@ -221,9 +231,9 @@ def tokenize_chat(
     mask = [0] * len(ids)
     while True:
         answer = [*_encode(tokenizer, messages[j]["content"]), eot_id]
-        ids += answer
-        mask += [1] * len(answer)
         nxt = next((k for k in range(j + 1, len(roles)) if roles[k] == "assistant"), None)
+        ids += answer
+        mask += [0 if train_last_only and nxt is not None else 1] * len(answer)
         if nxt is None:
             return TokenizedExample(ids, mask, source)
         delta = continuation_ids(
@@ -239,6 +249,24 @@ def _content_hash(messages: Iterable[Mapping[str, str]]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def problem_set_pairs(sets: Sequence[ProblemsConfig]) -> list[tuple[Problem, str]]:
+    """(problem, solution) pairs of every problem with a known solution in `sets` (any suite:
+    e.g. the `variants` suite's "sft" split), in order, each problem once."""
+    from tritonforge.problems import load_suite, select
+
+    out, seen = [], set()
+    for ps in sets:
+        kwargs = {"size": ps.size} if ps.size else {}
+        probs = select(
+            load_suite(ps.suite, **kwargs), ps.level, ps.name, ps.category, ps.ids or None
+        )
+        for p in probs[: ps.limit] if ps.limit else probs:
+            if p.solution_src and p.id not in seen:
+                seen.add(p.id)
+                out.append((p, p.solution_src))
+    return out
+
+
 def _chats(cfg: SFTDataConfig) -> tuple[list[ChatExample], Counter]:
     if cfg.kind == "chat":
         return load_chat_jsonl(cfg)
@@ -246,7 +274,13 @@ def _chats(cfg: SFTDataConfig) -> tuple[list[ChatExample], Counter]:
         pairs, dropped = load_kernelbook(cfg)
     else:
         pairs, dropped = builtin_pairs(cfg.builtin_size, cfg.builtin_problems), Counter()
-    return [pair_to_chat(p, sol, cfg) for p, sol in pairs], dropped
+    pairs = pairs + problem_set_pairs(cfg.extra_problems)
+    chats = [pair_to_chat(p, sol, cfg) for p, sol in pairs]
+    if cfg.repair.mutations:
+        from tritonforge.training.repair_data import repair_chats
+
+        chats += repair_chats(pairs, cfg)
+    return chats, dropped
 
 
 def build_sft_dataset(cfg: SFTDataConfig, tokenizer: Any) -> SFTDataset:
@@ -263,7 +297,10 @@ def build_sft_dataset(cfg: SFTDataConfig, tokenizer: Any) -> SFTDataset:
                 continue
             seen.add(h)
         try:
-            ex = tokenize_chat(tokenizer, chat.messages, eot, cfg.prompt.thinking, chat.source)
+            ex = tokenize_chat(
+                tokenizer, chat.messages, eot, cfg.prompt.thinking, chat.source,
+                chat.train_last_only,
+            )  # fmt: skip
         except TemplateError:
             dropped["template"] += 1
             continue
