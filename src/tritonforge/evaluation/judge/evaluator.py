@@ -5,7 +5,7 @@ a fresh sandboxed worker, correctness trials with hidden seeds and several input
 audit decisions, GPU timing interleaved with the live reference, plausibility, reward) and
 `LocalBackend` (the async EvalBackend over an Evaluator). Never raises for a bad candidate and
 never returns None; a broken reference or judge bug is an `internal_error` verdict.
-Does not cover: isolation (sandbox.py), the worker side (worker.py), HTTP (server.py).
+Does not cover: isolation (sandbox/isolation.py), the worker side (sandbox/worker.py), HTTP (service/server.py).
 """
 
 from __future__ import annotations
@@ -22,34 +22,34 @@ from collections import Counter
 from typing import Any
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.checks import run_static
-from tritonforge.evaluation.compare import compare, tf32_hint
-from tritonforge.evaluation.decide import (
+from tritonforge.evaluation.judge.checks import run_static
+from tritonforge.evaluation.judge.compare import compare, tf32_hint
+from tritonforge.evaluation.judge.decide import (
     audit_record,
     audit_switches,
     decide_audit,
 )
-from tritonforge.evaluation.forkserver import ForkServer
-from tritonforge.evaluation.gpu_lock import judge_device
-from tritonforge.evaluation.gpu_timing import Stop, time_candidate
-from tritonforge.evaluation.protocol import Deadline, PeerClosed, ProtocolError, pack
-from tritonforge.evaluation.reference import (
+from tritonforge.evaluation.judge.forkserver import ForkServer
+from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.gpu_timing import Stop, time_candidate
+from tritonforge.evaluation.judge.reference import (
     INIT_SEED,
     Case,
     Reference,
     ReferenceError,
     ReferenceStore,
 )
-from tritonforge.evaluation.rewards import compute_reward
-from tritonforge.evaluation.session import Session, describe_exit
-from tritonforge.evaluation.transport import Transport
-from tritonforge.evaluation.workerenv import (
+from tritonforge.evaluation.judge.rewards import compute_reward
+from tritonforge.evaluation.judge.session import Session, describe_exit
+from tritonforge.evaluation.judge.transport import Transport
+from tritonforge.evaluation.judge.workerenv import (
     base_env,
     device_label,
     private_scratch,
     resolve_device,
     worker_spec,
 )
+from tritonforge.evaluation.sandbox.protocol import Deadline, PeerClosed, ProtocolError, pack
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 

@@ -4,7 +4,7 @@ Covers: `time_candidate` (rounds that interleave the worker's timed calls with t
 in the judge process, exclusive per GPU; statistics and speedups; a correctness re-check on fresh
 inputs after timing; the timing rules of decide.py) and `compiled_reference` (torch.compile
 baseline). Called by judge.Evaluator with itself as `ev`. Does not cover: the worker's timing
-loop (worker.py) or statistics (timing.py).
+loop (sandbox/worker.py) or statistics (timing.py).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any
 import torch
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.compare import compare, output_bytes
-from tritonforge.evaluation.decide import changed_after_timing, decide_timing
-from tritonforge.evaluation.gpu_lock import judge_device
-from tritonforge.evaluation.protocol import unpack_buffer
-from tritonforge.evaluation.reference import Reference
-from tritonforge.evaluation.session import Session
-from tritonforge.evaluation.timing import ReferenceTimer, stats
+from tritonforge.evaluation.judge.compare import compare, output_bytes
+from tritonforge.evaluation.judge.decide import changed_after_timing, decide_timing
+from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.reference import Reference
+from tritonforge.evaluation.judge.session import Session
+from tritonforge.evaluation.judge.timing import ReferenceTimer, stats
+from tritonforge.evaluation.sandbox.protocol import unpack_buffer
 from tritonforge.types import Problem, Status, Verdict
 
 
