@@ -144,6 +144,11 @@ class Audit(Record):
     glue_ops: dict[str, int] = Field(default_factory=dict)
     custom_share: float | None = Field(None, description="Custom-kernel share of forward work.")
     share_basis: str | None = Field(None, description="'cuda_time' or 'cpu_time' or 'op_count'.")
+    epilogue_ops: dict[str, int] = Field(
+        default_factory=dict,
+        description="PyTorch reductions/scales run after the last kernel on its output only "
+        "(O(output) work): allowed and reported in hybrid mode, rule torch_epilogue in strict.",
+    )
     violations: list[str] = Field(default_factory=list)
 
 
@@ -157,6 +162,7 @@ class Verdict(Record):
     problem_id: str = ""
     device: str = "cpu"
     mode: str = "strict"
+    preset: str = Field("strict", description="The preset of rules it was judged under.")
     phase: str | None = Field(
         None, description="Phase that failed: static|import|init|compile|correctness|timing."
     )

@@ -1,20 +1,25 @@
 """Shared command-line options for commands that evaluate candidates.
 
 Covers: adding the evaluation flags to a parser and turning them into an `EvalSettings`
-(config file, then `--set` overrides, then explicit flags). Does not cover: evaluating.
+(preset, then config file, then `--set` overrides, then explicit flags). Does not cover: evaluating.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from tritonforge.config import load_config
-from tritonforge.config.eval import EvalSettings
+from tritonforge.config.eval import PRESETS, EvalSettings, load_eval_settings
 
 
 def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device", choices=["auto", "cpu", "cuda"], help="where kernels run (default auto)"
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="rules to judge by: strict (default, ours), kernelbench (KernelBench's), tritonforge "
+        "(the original release's); other flags and --set apply on top (docs/presets.md)",
     )
     p.add_argument(
         "--mode",
@@ -49,7 +54,7 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> EvalSettings:
-    s = load_config(EvalSettings, args.eval_config, args.set)
+    s = load_eval_settings(args.eval_config, args.set, getattr(args, "preset", None))
     for flag, field in (
         ("device", "device"),
         ("mode", "mode"),

@@ -13,6 +13,7 @@ import argparse
 from pydantic import ValidationError
 
 from tritonforge.config import ConfigError, load_config
+from tritonforge.config.eval import PRESETS, EvalSettings
 from tritonforge.config.server import TOKEN_ENV, ServerConfig
 
 
@@ -30,6 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, metavar="N", help="concurrent evaluations per device")
     p.add_argument("--queue-size", type=int, metavar="N", help="waiting requests before 429")
     p.add_argument("--token", help=f"bearer token (or env {TOKEN_ENV}); required off loopback")
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="default rules for requests: strict (ours), kernelbench, tritonforge; a request may "
+        "name its own (docs/presets.md)",
+    )
     p.add_argument("--config", metavar="TOML", help="ServerConfig as TOML")
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting"
@@ -39,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg = load_config(ServerConfig, args.config, args.set)
+    name = getattr(args, "preset", None) or cfg.eval.preset
+    if name != "strict" or cfg.eval.preset != name:  # preset first, then file and --set
+        base = ServerConfig(eval=EvalSettings.from_preset(name))
+        sets = [*args.set, f'eval.preset="{name}"']
+        cfg = load_config(ServerConfig, args.config, sets, base=base)
     flags = [(f, f) for f in ("host", "port", "device", "workers", "token")]
     for flag, field in [*flags, ("queue_size", "queue_size")]:
         value = getattr(args, flag, None)

@@ -43,6 +43,7 @@ class CandidateRun:
     records: list[dict[str, Any]] = field(default_factory=list)  # audit record of each trial
     notes: list[str] = field(default_factory=list)
     compiled: bool = False  # a kernel has launched (or, CUDA backend, the extension built and ran)
+    preimports: list[str] = field(default_factory=list)  # Inductor runtime modules to import first
 
     def call(
         self, msg: dict[str, Any], fds: list[int], budget: float, phase: str

@@ -31,6 +31,7 @@ from tritonforge.evaluation.judge.decide import (
     audit_record,
     audit_switches,
     decide_audit,
+    fmt_ops,
 )
 from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.gpu_lock import judge_device
@@ -58,6 +59,12 @@ from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 
 log = get_logger("evaluation.judge")
+
+LIBDEVICE_ON_CPU = (
+    "the CPU Triton interpreter has no libdevice (libdevice.tanh, .erf, .pow, ... exist only "
+    "when compiling for a GPU): use triton.language equivalents to judge on the CPU, or judge "
+    "on a GPU"
+)
 
 
 class Evaluator:
@@ -149,6 +156,10 @@ class Evaluator:
             )
         verdict.problem_id = problem.id
         verdict.mode = s.mode
+        verdict.preset = s.preset
+        changed = s.preset_overrides()
+        if changed:
+            verdict.notes.append(f"preset {s.preset} with other values for: {', '.join(changed)}")
         verdict.wall_seconds = round(time.monotonic() - t0, 3)
         verdict.correct = verdict.status is Status.CORRECT
         try:
@@ -159,13 +170,14 @@ class Evaluator:
                 message=f"evaluator settings error: {exc.args[0] if exc.args else exc}",
                 problem_id=problem.id,
                 mode=s.mode,
+                preset=s.preset,
                 phase="reward",
                 wall_seconds=verdict.wall_seconds,
             )
         return verdict
 
     def _evaluate(self, problem: Problem, source: str | None, s: EvalSettings) -> Verdict:
-        static = run_static(source, s.mode, s.backend)
+        static = run_static(source, s.mode, s.backend, s.require_custom_kernel)
         if static.status is not None:
             return Verdict(
                 status=static.status,
@@ -191,6 +203,7 @@ class Evaluator:
         session.transport = Transport(device, s.transport)
         phases["spawn"] = time.monotonic() - t
         run = CandidateRun(problem, source or "", s, device, session, ref, phases)
+        run.preimports = list(static.preimports or [])
         try:
             v = self._run(run)
         except Stop as f:
@@ -224,6 +237,7 @@ class Evaluator:
             "device": "cpu" if run.device == "cpu" else "cuda:0",
             "backend": s.backend,
             "mode": s.mode,
+            "preimport": run.preimports,
             **shared,
         }
         t = time.monotonic()
@@ -243,6 +257,7 @@ class Evaluator:
         run.notes += [f"sandbox: {sandbox.get('user', 'unknown')}"] + [
             f"sandbox warning: {w}" for w in sandbox.get("warnings", [])
         ]
+        run.notes += [str(n)[:300] for n in (reply.get("notes") or [])[:4]]
         return None
 
     def _plan(self, problem: Problem, source: str, s: EvalSettings) -> list[tuple[int, str]]:
@@ -281,7 +296,13 @@ class Evaluator:
             )
         with judge_device(run.session.transport.device):
             status, mm, why = compare(
-                expected, outputs, s.tolerance, s.nan_policy, run.problem.atol, run.problem.rtol
+                expected,
+                outputs,
+                s.tolerance,
+                s.nan_policy,
+                run.problem.atol,
+                run.problem.rtol,
+                s.atol_scale == "output_rms",
             )
         if status is not Status.CORRECT:
             mm.trial, mm.distribution = i, dist
@@ -327,6 +348,8 @@ class Evaluator:
                     os.close(fd)
                 v = failure_verdict(reply, phase, run.compiled)
                 v.trials_total, v.trials_passed = s.correctness_trials, i
+                if run.device == "cpu" and "libdevice" in run.source and not v.status.ran:
+                    v.notes.append(LIBDEVICE_ON_CPU)
                 return v
             t = time.monotonic()
             outputs = run.outputs(reply, fds)
@@ -351,6 +374,12 @@ class Evaluator:
             notes=run.notes,
             message="all correctness trials passed",
         )
+        if v.audit is not None and v.audit.epilogue_ops:
+            v.notes.append(
+                f"PyTorch epilogue after the kernels ({fmt_ops(v.audit.epilogue_ops)}): a final "
+                "reduction or scale of the kernel's output, O(output) work; allowed in hybrid "
+                "mode, rule torch_epilogue in strict mode"
+            )
         if run.device != "cpu" and s.measure_performance:
             time_candidate(self, run, v)
         return v

@@ -1,6 +1,7 @@
 """Rewards: pure functions from a Verdict to a float, in a registry keyed by name.
 
-Covers: `tritonforge`, `kevin`, `log_speedup`, and the hack penalty. Does not cover: per-turn
+Covers: `tritonforge`, `tritonforge_original` (the original release's reward, preset
+`tritonforge`), `kevin`, `log_speedup`, and the hack penalty. Does not cover: per-turn
 returns or normalisation (see rollout.returns and rollout.buffer).
 """
 
@@ -32,6 +33,17 @@ def tritonforge_reward(v: Verdict) -> float:
     if v.status.ran:
         return 0.1
     return 0.0
+
+
+@register("tritonforge_original")
+def tritonforge_original_reward(v: Verdict) -> float:
+    """The original TritonForge release: 0.1 if its kernels compiled and ran but it was wrong,
+    0.3 + min(max(s - 1, 0), 2) if correct, where s is the speedup against torch.compile
+    (Inductor default; 0.3 when that was not measured, e.g. on the CPU)."""
+    if v.status is Status.CORRECT:
+        s = v.speedup_vs_compile
+        return 0.3 + (min(max(s - 1.0, 0.0), 2.0) if s is not None else 0.0)
+    return 0.1 if v.compiled else 0.0
 
 
 @register("kevin")

@@ -217,6 +217,7 @@ class ForwardRecord:
     custom_share: float | None = None
     share_basis: str | None = None
     lineage: bool = False  # output provenance was tracked (lineage.provenance is meaningful)
+    compute_log: list[tuple[str, bool, int]] | None = None  # see audit_state.AuditState
 
 
 @contextmanager
@@ -226,6 +227,7 @@ def forward_scope(profile: bool, snapshot: bool, cuda: bool, cuda_activity: bool
     STATE.launches = []
     STATE.snapshots = 0
     STATE.derived = {}
+    STATE.compute_log = []
     STATE.profiling = profile
     threads_before = {t.ident for t in threading.enumerate()}
     prof = None
@@ -273,7 +275,15 @@ def _finish(prof: Any, cuda_activity: bool, threads_before: set, tracked: bool) 
     if started:
         _violation("background_thread", f"{len(started)} thread(s) still running after forward")
     return ForwardRecord(
-        list(STATE.launches), ops, glue, len(started), list(STATE.violations), share, basis, tracked
+        list(STATE.launches),
+        ops,
+        glue,
+        len(started),
+        list(STATE.violations),
+        share,
+        basis,
+        tracked,
+        list(STATE.compute_log),
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox import audit
+from tritonforge.evaluation.sandbox import audit, inductor_compat
 from tritonforge.evaluation.sandbox.classify import (
     classify_exception,
     raised_in_kernel,
@@ -181,6 +181,10 @@ class Worker:
         cuda_init_s = time.perf_counter() - t0
         shared = self._map_shared(msg["shared"], fds[1:]) if "shared" in msg else None
         init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds[:1])
+        try:  # Inductor runtime helpers the candidate uses, imported before the audit is armed
+            notes = inductor_compat.prepare(msg.get("preimport") or [])
+        except Exception as exc:
+            notes = [f"Inductor runtime helpers unavailable here: {type(exc).__name__}: {exc}"]
         allow = ("triton", "library") if msg.get("backend") == "cuda" else ("triton",)
         audit.arm(self.path, scratch, allow, strict=self.mode == "strict")
         phase = "import"
@@ -223,6 +227,7 @@ class Worker:
                 },
                 "audit": self._audit_extra(),
                 "cuda_init_s": cuda_init_s,
+                "notes": notes,
                 **({"shared": shared} if shared is not None else {}),
             }
         )
@@ -298,6 +303,7 @@ class Worker:
             "glue": rec.glue,
             "custom_share": rec.custom_share,
             "share_basis": rec.share_basis,
+            "compute_log": [list(c) for c in rec.compute_log or []],
             "violations": list(audit.STATE.violations),
         }
         try:
