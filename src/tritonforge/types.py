@@ -176,6 +176,11 @@ class Verdict(Record):
     speedup: float | None = None
     speedup_vs_compile: float | None = None
     audit: Audit | None = None
+    reference_nondeterministic: bool = Field(
+        False,
+        description="The problem's reference gives different outputs on the same inputs: values "
+        "were compared by statistics, not element by element.",
+    )
     reward: float = 0.0
     stdout_tail: str = ""
     stderr_tail: str = ""

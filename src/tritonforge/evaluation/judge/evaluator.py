@@ -26,7 +26,7 @@ import torch
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
 from tritonforge.evaluation.judge.checks import run_static
-from tritonforge.evaluation.judge.compare import compare, tf32_hint
+from tritonforge.evaluation.judge.compare import compare_to_reference, tf32_hint
 from tritonforge.evaluation.judge.decide import (
     audit_record,
     audit_switches,
@@ -38,6 +38,7 @@ from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.gpu_timing import time_candidate
 from tritonforge.evaluation.judge.reference import (
     INIT_SEED,
+    STAT_RUNS,
     Case,
     Reference,
     ReferenceError,
@@ -213,6 +214,13 @@ class Evaluator:
             if scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
         v.device = device
+        if ref.nondeterministic:
+            v.reference_nondeterministic = True
+            v.notes.append(
+                f"the reference is nondeterministic ({ref.nondeterministic}): outputs were "
+                f"compared by statistics (mean, std, mean |x| of each output, within the spread "
+                f"of {STAT_RUNS} reference runs on the same inputs), not element by element"
+            )
         v.stdout_tail = session.stdout.text()
         v.stderr_tail = session.stderr.text()
         v.phase_seconds = {k: round(x, 4) for k, x in phases.items()}
@@ -278,7 +286,7 @@ class Evaluator:
         dist: str,
         reply: dict[str, Any],
         outputs: Any,
-        expected: Any,
+        case: Case,
     ) -> Verdict | None:
         """The verdict a finished trial forces (hack, mismatch, mutation), or None to go on."""
         s = run.settings
@@ -295,15 +303,7 @@ class Evaluator:
                 status=Status.REWARD_HACK, rule=hack[0], message=hack[1], phase=phase, **common
             )
         with judge_device(run.session.transport.device):
-            status, mm, why = compare(
-                expected,
-                outputs,
-                s.tolerance,
-                s.nan_policy,
-                run.problem.atol,
-                run.problem.rtol,
-                s.atol_scale == "output_rms",
-            )
+            status, mm, why = compare_to_reference(case, outputs, s, run.problem)
         if status is not Status.CORRECT:
             mm.trial, mm.distribution = i, dist
             msg = f"trial {i + 1}/{s.correctness_trials} (inputs: {dist}): {why}"
@@ -358,7 +358,7 @@ class Evaluator:
             if seen:
                 reply["facts"] = merge_mutated(reply.get("facts"), seen)
             run.records.append(reply["audit"])
-            stop = self._check_trial(run, i, dist, reply, outputs, case.expected)
+            stop = self._check_trial(run, i, dist, reply, outputs, case)
             run.phases["check"] = run.phases.get("check", 0.0) + time.monotonic() - t
             if stop is not None:
                 if stop.status is Status.NUMERICAL_MISMATCH and run.device != "cpu":

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
-from tritonforge.evaluation.judge.compare import compare, output_bytes
+from tritonforge.evaluation.judge.compare import compare_to_reference, output_bytes
 from tritonforge.evaluation.judge.decide import changed_after_timing, decide_timing
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.timing import stats
@@ -84,9 +84,7 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
         raise Stop(failure_verdict(reply, "correctness", True))
     outputs = run.outputs(reply, fds)
     with judge_device(device):
-        status, mm, why = compare(
-            post.expected, outputs, s.tolerance, s.nan_policy, problem.atol, problem.rtol
-        )
+        status, mm, why = compare_to_reference(post, outputs, s, problem)
     nbytes = sum(
         x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
     ) + output_bytes(case.expected)

@@ -3,8 +3,9 @@
 Covers: executing a problem's reference source in the judge process (it is problem-provided and
 trusted), building `Model` with an init seed, drawing inputs for a hidden seed and an input
 distribution, computing and caching reference outputs per (problem, seed, distribution, device)
-with a byte budget, and packing inputs once into a sealed memfd that every worker maps
-read-only. Does not cover: candidate code (never imported here) or comparison (compare.py).
+with a byte budget, the determinism check (the first case is run twice: a reference whose
+outputs differ is marked nondeterministic and its cases carry the statistics of several runs),
+and packing inputs once into a sealed memfd that every worker maps read-only. Does not cover: candidate code (never imported here) or comparison (compare.py).
 """
 
 from __future__ import annotations
@@ -20,17 +21,20 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.judge.compare import output_bytes
+from tritonforge.config.eval import DEFAULT_TOLERANCES
+from tritonforge.evaluation.judge.compare import compare, output_bytes, output_stats
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.sandbox.protocol import (
+    flatten_tensors,
     map_tensors,
     pack,
     pack_into,
     unpack_buffer,
 )
-from tritonforge.types import Problem
+from tritonforge.types import Problem, Status
 
 INIT_SEED = 42
+STAT_RUNS = 6  # reference runs per case whose statistics judge a nondeterministic problem
 _RNG_LOCK = threading.Lock()  # get_inputs/Model() use torch's global RNG: one seeded draw at a time
 DISTRIBUTIONS = ("native", "shifted", "scaled", "positive")
 
@@ -85,6 +89,8 @@ class Case:
     nbytes: int
     device_bytes: int = 0  # of nbytes, those in device memory (expected outputs, packed inputs)
     packed: torch.Tensor | None = None  # on a GPU: the memfd's bytes in device memory too
+    # nondeterministic reference: compare.output_stats of STAT_RUNS runs on these inputs
+    stat_runs: list[list[tuple[float, float, float, int]]] | None = None
 
     def close(self) -> None:
         """Close the memfd once; idempotent."""
@@ -111,6 +117,8 @@ class Reference:
     model: torch.nn.Module
     init_inputs: list[Any]
     lock: threading.Lock = field(default_factory=threading.Lock)
+    checked: bool = False  # the determinism check ran (on the first case built)
+    nondeterministic: str | None = None  # why: two runs on the same inputs differ
 
     def draw_inputs(self, seed: int, dist: str) -> list[Any]:
         """get_inputs() under a hidden seed. On a GPU the draw runs there (factory calls default
@@ -130,6 +138,24 @@ class Reference:
         with torch.no_grad():
             out = self.model(*dev_inputs)
         return map_tensors(out, lambda t: t.detach())
+
+
+def determinism(ref: Reference, inputs: list[Any], expected: Any) -> str | None:
+    """Run the reference a second time on the same inputs: None when it gives the same outputs
+    (within the default fp32/fp16/bf16 tolerances), else why not. A reference whose outputs
+    differ (dropout in training mode, torch.rand in forward, state kept across calls) is a
+    property of the problem: such problems are judged by statistics (compare.compare_stats)."""
+    if any(t.is_meta for t in flatten_tensors(expected)):
+        return None  # no values to compare (the meta device stands in for a GPU in tests)
+    again = ref.run(inputs)
+    tolerance = {**DEFAULT_TOLERANCES}.get
+    status, mm, why = compare(
+        expected, again, lambda d: tolerance(d, 1e-4), "match", ref.problem.atol, ref.problem.rtol
+    )
+    if status is Status.CORRECT:
+        return None
+    worst = f" (max |diff| {mm.max_abs_diff:.3g})" if mm and mm.max_abs_diff is not None else ""
+    return f"two runs of the reference on the same inputs differ: {why}{worst}"
 
 
 def exact_fp32() -> None:
@@ -191,6 +217,13 @@ class ReferenceStore:
             try:
                 inputs = ref.draw_inputs(seed, dist)
                 expected = ref.run(inputs)
+                if not ref.checked:
+                    ref.nondeterministic = determinism(ref, inputs, expected)
+                    ref.checked = True
+                stat_runs = None
+                if ref.nondeterministic:
+                    more = [output_stats(ref.run(inputs)) for _ in range(STAT_RUNS - 1)]
+                    stat_runs = [output_stats(expected), *more]
             except Exception as exc:
                 raise ReferenceError(
                     f"reference {ref.problem.id} failed on its own inputs: {type(exc).__name__}: {exc}"
@@ -204,7 +237,7 @@ class ReferenceStore:
                 inputs = list(unpack_buffer(desc, packed, keep_strides=True, copy=False))
             dev_bytes = 0 if packed is None else out_bytes + desc["size"]
             nbytes = desc["size"] + out_bytes + (0 if packed is None else desc["size"])
-            case = Case(inputs, expected, desc, fd, nbytes, dev_bytes, packed)
+            case = Case(inputs, expected, desc, fd, nbytes, dev_bytes, packed, stat_runs)
         with self._lock:
             if key in self._cases:
                 case.close()
