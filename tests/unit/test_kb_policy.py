@@ -250,3 +250,25 @@ def test_classic_grid_semantics() -> None:
     assert classic_grid(2, 3, 5)({"XBLOCK": 2}) == (3, 3, 2)  # no Y/ZBLOCK: the numel itself
     with pytest.raises(AssertionError):
         classic_grid()
+
+
+def test_hf_config_crosses_only_from_the_judge() -> None:
+    """A level-4 init input (a transformers config) travels as its dict and is rebuilt only
+    where the judge's values are read (`objects=True`); a worker's reply cannot carry one."""
+    import os
+
+    transformers = pytest.importorskip("transformers")
+    from tritonforge.evaluation.sandbox.protocol import ProtocolError, _build, pack, unpack
+
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4)
+    desc, fd = pack(["gpt2", cfg, torch.ones(2)])
+    try:
+        name, back, t = unpack(desc, fd, objects=True)
+        assert name == "gpt2" and type(back) is type(cfg) and back.to_dict() == cfg.to_dict()
+        assert torch.equal(t, torch.ones(2))
+        with pytest.raises(ProtocolError):
+            unpack(desc, fd)
+    finally:
+        os.close(fd)
+    with pytest.raises(ProtocolError):
+        _build({"t": "hf_config", "v": {"n_layer": 2}}, [], 0, objects=True)

@@ -144,9 +144,10 @@ class Evaluator:
         except Stop as f:
             verdict = f.verdict
         except ReferenceError as exc:
+            what = "cannot be judged here" if exc.unrunnable else "has a broken reference"
             verdict = Verdict(
                 status=Status.INTERNAL_ERROR,
-                message=f"the problem's reference is broken: {exc}",
+                message=f"the problem {what}: {exc}",
                 phase="reference",
             )
         except Exception as exc:

@@ -24,6 +24,7 @@ import torch
 from tritonforge.config.eval import DEFAULT_TOLERANCES
 from tritonforge.evaluation.judge.compare import compare, output_bytes, output_stats
 from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.problem_check import cannot_run, missing_imports
 from tritonforge.evaluation.sandbox.protocol import (
     flatten_tensors,
     map_tensors,
@@ -40,7 +41,13 @@ DISTRIBUTIONS = ("native", "shifted", "scaled", "positive")
 
 
 class ReferenceError(Exception):
-    """The reference itself is broken (does not load or run): not the candidate's fault."""
+    """The reference itself is broken (does not load or run), or the problem cannot run here
+    (`unrunnable`: a missing library, no offline config, not enough memory): not the
+    candidate's fault."""
+
+    def __init__(self, message: str, unrunnable: bool = False):
+        super().__init__(message)
+        self.unrunnable = unrunnable
 
 
 def load_module(src: str, name: str) -> types.ModuleType:
@@ -158,6 +165,28 @@ def determinism(ref: Reference, inputs: list[Any], expected: Any) -> str | None:
     return f"two runs of the reference on the same inputs differ: {why}{worst}"
 
 
+def why_not(problem: Problem, device: str = "cpu") -> str | None:
+    """The one reason `problem` cannot be judged on `device` here (as its verdict would say),
+    or None; nothing is allocated (the reference is sized on the meta device)."""
+    reason = (problem.meta or {}).get("cannot_run") or _missing(problem)
+    if reason:
+        return str(reason)
+    try:
+        module = load_module(problem.reference_src, problem.id)
+        with _RNG_LOCK:
+            torch.manual_seed(INIT_SEED)
+            return cannot_run(problem, device, module, list(module.get_init_inputs()))
+    except Exception as exc:
+        return f"broken reference: {type(exc).__name__}: {exc}"[:500]
+
+
+def _missing(problem: Problem) -> str | None:
+    missing = missing_imports(problem.reference_src)
+    if missing:
+        return f"the reference imports {', '.join(missing)}, which is not installed here"
+    return None
+
+
 def exact_fp32() -> None:
     """References compute fp32 in fp32: no TF32 in cuBLAS or cuDNN (cuDNN's default is TF32,
     which is less exact than a correct fp32 Triton kernel and would fail it at 1e-4)."""
@@ -176,6 +205,7 @@ class ReferenceStore:
         self._bytes = 0
         self._device_bytes: dict[str, int] = {}
         self._device_limits: dict[str, int] = {}
+        self._unrunnable: dict[tuple[str, str, str], str] = {}  # why a problem cannot run here
         self._lock = threading.Lock()
 
     @staticmethod
@@ -186,21 +216,31 @@ class ReferenceStore:
         key = (problem.id, self._src_key(problem), device)
         with self._lock:
             ref = self._refs.get(key)
+            unrunnable = self._unrunnable.get(key)
         if ref is not None:
             return ref
-        module = load_module(problem.reference_src, problem.id)
-        try:
-            with _RNG_LOCK:
-                torch.manual_seed(INIT_SEED)
-                init_inputs = list(module.get_init_inputs())
-                torch.manual_seed(INIT_SEED)
-                model = module.Model(*init_inputs)
-            if isinstance(model, torch.nn.Module):
-                model = model.to(device)
-        except Exception as exc:
-            raise ReferenceError(
-                f"reference {problem.id} failed to build: {type(exc).__name__}: {exc}"
-            ) from exc
+        if unrunnable is None:
+            unrunnable = (problem.meta or {}).get("cannot_run") or _missing(problem)
+        if not unrunnable:
+            module = load_module(problem.reference_src, problem.id)
+            try:
+                with _RNG_LOCK:
+                    torch.manual_seed(INIT_SEED)
+                    init_inputs = list(module.get_init_inputs())
+                    torch.manual_seed(INIT_SEED)
+                    unrunnable = cannot_run(problem, device, module, init_inputs)
+                    torch.manual_seed(INIT_SEED)
+                    model = None if unrunnable else module.Model(*init_inputs)
+                if isinstance(model, torch.nn.Module):
+                    model = model.to(device)
+            except Exception as exc:
+                raise ReferenceError(
+                    f"reference {problem.id} failed to build: {type(exc).__name__}: {exc}"
+                ) from exc
+        if unrunnable:
+            with self._lock:
+                self._unrunnable[key] = unrunnable
+            raise ReferenceError(str(unrunnable), unrunnable=True)
         ref = Reference(problem, device, module, model, init_inputs)
         with self._lock:
             return self._refs.setdefault(key, ref)

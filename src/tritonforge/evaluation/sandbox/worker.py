@@ -128,13 +128,17 @@ class Worker:
         if self.device.startswith("cuda"):
             audit.STATE.originals["cuda_sync"]()
 
-    def _inputs(self, msg: dict[str, Any], fds: list[int]) -> list[Any]:
+    def _inputs(self, msg: dict[str, Any], fds: list[int], objects: bool = False) -> list[Any]:
         try:
             if msg.get("shared") and self.shared_in is not None:
                 # views of the judge's shared device buffer: no copy at all
                 return list(unpack_buffer(msg["inputs"], self.shared_in, True, copy=False))
             # straight from the judge's sealed memfd into device memory
-            return list(unpack(msg["inputs"], fds[0], keep_strides=True, device=self.device))
+            return list(
+                unpack(
+                    msg["inputs"], fds[0], keep_strides=True, device=self.device, objects=objects
+                )
+            )
         finally:
             for fd in fds:
                 os.close(fd)
@@ -180,7 +184,20 @@ class Worker:
             torch.empty(1, device=self.device)
         cuda_init_s = time.perf_counter() - t0
         shared = self._map_shared(msg["shared"], fds[1:]) if "shared" in msg else None
-        init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds[:1])
+        # (init inputs may hold a Hugging Face config: rebuilt here, before the audit is armed)
+        try:
+            init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds[:1], objects=True)
+        except Exception as exc:  # the judge's values, not the candidate's doing
+            why = f"{type(exc).__name__}: {exc}"[:500]
+            self.reply(
+                {
+                    "ok": False,
+                    "status": Status.INTERNAL_ERROR.value,
+                    "phase": "import",
+                    "message": f"the problem's init inputs cannot be rebuilt in the sandbox: {why}",
+                }
+            )
+            return
         try:  # Inductor runtime helpers the candidate uses, imported before the audit is armed
             notes = inductor_compat.prepare(msg.get("preimport") or [])
         except Exception as exc:
