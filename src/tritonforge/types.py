@@ -81,6 +81,9 @@ class Status(str, Enum):
     INPUT_MUTATED = "input_mutated"
     REWARD_HACK = "reward_hack"
     INTERNAL_ERROR = "internal_error"
+    # the judge could not finish for reasons of its own (the machine too busy twice in a row):
+    # not the candidate's status; ask again
+    JUDGE_FAULT = "judge_fault"
     CORRECT = "correct"
 
     @property
@@ -91,7 +94,12 @@ class Status(str, Enum):
     @property
     def is_fault(self) -> bool:
         """A failure of the candidate before it produced comparable outputs."""
-        return not self.ran and self is not Status.CORRECT
+        return not self.ran and self is not Status.CORRECT and self is not Status.JUDGE_FAULT
+
+    @property
+    def is_judge_fault(self) -> bool:
+        """The judge, not the candidate, failed: counted apart from candidate statuses."""
+        return self is Status.JUDGE_FAULT
 
 
 _RAN = {

@@ -21,12 +21,21 @@ DEFAULT_TOLERANCES = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat
 
 
 class Budgets(Section):
-    """Wall-clock seconds per phase; exceeding one gives a `timeout` verdict naming the phase."""
+    """Seconds per phase of the worker's own time (wall time minus its wait for a CPU: a busy
+    machine does not spend them; judge/budget.py); exceeding one gives a `timeout` verdict
+    naming the phase."""
 
     import_s: float = Field(60.0, gt=0, description="import the candidate and build ModelNew")
     compile_s: float = Field(180.0, gt=0, description="first forward call (JIT compile + launch)")
     correctness_s: float = Field(300.0, gt=0, description="all remaining correctness trials")
     timing_s: float = Field(300.0, gt=0, description="warmup + timed trials")
+    load_stretch: float = Field(
+        4.0,
+        ge=1.0,
+        description="budgets count the worker's own time (not its wait for a CPU on a busy "
+        "machine) up to this multiple of the budget in wall time; past it the evaluation is the "
+        "evaluator's fault: retried once, then judge_fault. 1 = plain wall-clock budgets",
+    )
 
 
 class Limits(Section):

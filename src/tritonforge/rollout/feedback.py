@@ -104,6 +104,10 @@ STATUS_TEXT: dict[Status, tuple[str, str]] = {
         "The evaluator failed on its side; this was not caused by your code.",
         "Submit the program again (improved if you can).",
     ),
+    Status.JUDGE_FAULT: (
+        "The evaluator could not finish (the machine was too busy); this was not caused by your code.",
+        "Submit the program again (improved if you can).",
+    ),
     Status.CORRECT: ("Correct: your output matches the reference.", ""),
 }
 

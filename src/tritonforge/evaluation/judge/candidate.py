@@ -10,11 +10,11 @@ Does not cover: what to ask and when (evaluator.py, gpu_timing.py), comparison (
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from tritonforge.config.eval import EvalSettings
+from tritonforge.evaluation.judge.budget import LoadAwareBudget, Starved
 from tritonforge.evaluation.judge.reference import Reference
 from tritonforge.evaluation.judge.session import Session, describe_exit
 from tritonforge.evaluation.sandbox.protocol import Deadline, PeerClosed, ProtocolError
@@ -44,21 +44,38 @@ class CandidateRun:
     notes: list[str] = field(default_factory=list)
     compiled: bool = False  # a kernel has launched (or, CUDA backend, the extension built and ran)
     preimports: list[str] = field(default_factory=list)  # Inductor runtime modules to import first
+    waited_s: float = 0.0  # time the worker waited for a CPU, summed over requests
 
     def call(
         self, msg: dict[str, Any], fds: list[int], budget: float, phase: str
     ) -> tuple[dict[str, Any], list[int]]:
-        """One request to the worker within `budget` seconds; the fds sent are closed here."""
+        """One request to the worker within `budget` seconds of its own time (time it waited
+        for a CPU does not count: budget.py); the fds sent are closed here."""
         session, compiled = self.session, self.compiled
+        clock = LoadAwareBudget(session.pid, budget, self.settings.budgets.load_stretch)
         try:
-            return session.request(msg, fds, time.monotonic() + budget)
+            return session.request(msg, fds, clock.deadline, clock.next_deadline)
         except Deadline:
+            waited = (
+                f" (not counting {clock.waited:.0f} s it waited for a CPU)"
+                if clock.waited >= 1
+                else ""
+            )
             raise Stop(
                 Verdict(
                     status=Status.TIMEOUT,
                     phase=phase,
                     compiled=compiled,
-                    message=f"{phase} took longer than its {budget:g} s budget",
+                    message=f"{phase} took longer than its {budget:g} s budget{waited}",
+                )
+            ) from None
+        except Starved as exc:
+            raise Stop(
+                Verdict(
+                    status=Status.JUDGE_FAULT,
+                    phase=phase,
+                    compiled=compiled,
+                    message=f"{phase}: {exc}; the evaluator's fault, not the candidate's",
                 )
             ) from None
         except PeerClosed:
@@ -91,6 +108,7 @@ class CandidateRun:
                 )
             ) from None
         finally:
+            self.waited_s += clock.waited
             for fd in fds:
                 os.close(fd)
 
