@@ -19,8 +19,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from tritonforge.config import Section
-from tritonforge.rollout.feedback import FeedbackConfig
-from tritonforge.rollout.prompts import PromptConfig
+from tritonforge.config.names import unknown_name
+from tritonforge.config.task import FeedbackConfig, PromptConfig
 
 __all__ = [
     "BUILTIN_LOSSES",
@@ -146,7 +146,7 @@ class LossConfig(Section):
     def _known_type(cls, value: str) -> str:
         known = _known_losses()
         if value not in known:
-            raise ValueError(f"unknown loss {value!r}; known: {sorted(known)}")
+            raise ValueError(unknown_name("loss", value, known))
         return value
 
 

@@ -22,7 +22,7 @@ from tritonforge.evaluation.gpu_lock import judge_device
 from tritonforge.evaluation.protocol import unpack_buffer
 from tritonforge.evaluation.reference import Reference
 from tritonforge.evaluation.session import Session
-from tritonforge.evaluation.timing import ReferenceTimer, stats
+from tritonforge.evaluation.timing import ReferenceTimer, device_peaks, stats
 from tritonforge.types import Problem, Status, Verdict
 
 
@@ -113,7 +113,8 @@ def time_candidate(
     nbytes = sum(
         x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
     ) + output_bytes(case.expected)
-    hack = decide_timing(v, launches, records, status is Status.CORRECT, problem, nbytes, s)
+    peaks = device_peaks(device)
+    hack = decide_timing(v, launches, records, status is Status.CORRECT, problem, nbytes, s, peaks)
     if hack:
         v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
         v.correct = False

@@ -222,7 +222,7 @@ class Evaluator:
                         "the candidate was not judged",
                     )
                 ) from None
-            status, why = describe_exit(ended)
+            status, why = describe_exit(ended, session.stderr.text)
             raise Stop(
                 Verdict(
                     status=Status(status),

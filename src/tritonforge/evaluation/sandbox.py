@@ -25,8 +25,11 @@ import resource
 import signal
 import stat
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from tritonforge.hardware import gpu_device_nodes
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -149,20 +152,23 @@ def _blocked_ancestor(path: str) -> str | None:
     return None
 
 
-def _devices_usable_by_nobody(device: str) -> bool:
-    """CUDA needs /dev/nvidia*; if `nobody` cannot open them we stay uid 0 without capabilities."""
+def _devices_usable_by_nobody(device: str, root: str = "/dev") -> bool:
+    """A GPU needs its device nodes (NVIDIA /dev/nvidia*; AMD /dev/kfd and /dev/dri/*): if
+    `nobody` cannot open one of them we stay uid 0 without capabilities."""
     if device != "cuda":
         return True
-    import glob
+    return nodes_open_to_all(gpu_device_nodes(root))
 
-    for dev in glob.glob("/dev/nvidia*"):
+
+def nodes_open_to_all(paths: list[str], stat_fn: Callable[[str], os.stat_result] = os.stat) -> bool:
+    """True when every character device among `paths` is readable and writable by others."""
+    want = stat.S_IROTH | stat.S_IWOTH
+    for dev in paths:
         try:
-            mode = os.stat(dev).st_mode
+            mode = stat_fn(dev).st_mode
         except OSError:
             continue
-        if stat.S_ISCHR(mode) and (mode & (stat.S_IROTH | stat.S_IWOTH)) != (
-            stat.S_IROTH | stat.S_IWOTH
-        ):
+        if stat.S_ISCHR(mode) and (mode & want) != want:
             return False
     return True
 
