@@ -3,7 +3,8 @@
 Covers: `ProblemsConfig`, `EvalBackendConfig`, `EpisodeSections` (engine, task, agent, problems,
 eval: what playing episodes needs, shared by `bench-model`), `RolloutSections` (those plus the
 buffer and seed, shared by `rollout` and `train`) and `RolloutConfig` (the `tritonforge rollout`
-command's tree). Torch-free; imports nothing outside config/.
+command's tree) and `BenchConfig` (`tritonforge bench-model`). Torch-free; imports nothing
+outside config/.
 """
 
 from __future__ import annotations
@@ -65,3 +66,10 @@ class RolloutConfig(RolloutSections):
     """`tritonforge rollout`: collect trajectories to a file."""
 
     output: str = Field("runs/rollout/trajectories.jsonl", description=".jsonl or .parquet")
+
+
+class BenchConfig(EpisodeSections):
+    """`tritonforge bench-model`: k episodes per problem, pass@k, fast_p, per-turn pass rate."""
+
+    out: str = Field("runs/bench", description="output folder (bench.json, bench.md, bench.png)")
+    samples: int = Field(4, ge=1, description="k episodes per problem")

@@ -1,6 +1,7 @@
 """Configuration of an RL run (`tritonforge train`): rollouts + trainer + schedule + evaluation.
 
-Covers: `ScheduleConfig`, `EvalPassConfig`, `TrainRunConfig`. Torch-free. The rollout pieces are
+Covers: `ScheduleConfig`, `EvalPassConfig`, `TrainRunConfig`, `CompareConfig` (the same run per
+algorithm variant, `tritonforge compare`). Torch-free. The rollout pieces are
 the same sections as `tritonforge rollout` (config.rollout), the trainer is config.train's, the
 Ray layout (`scale`, used only with `scale.enabled` / `train --ray`) is config.scale's.
 """
@@ -52,4 +53,22 @@ class TrainRunConfig(RolloutSections):
     evaluate: EvalPassConfig = Field(default_factory=EvalPassConfig)
     scale: ScaleConfig = Field(
         default_factory=ScaleConfig, description="Ray: actors, placement (enabled: train --ray)"
+    )
+
+
+DEFAULT_VARIANTS = {
+    "grpo": ["trainer.loss.type=grpo"],
+    "gspo": ["trainer.loss.type=gspo"],
+    "grpo_tis": ["trainer.loss.type=grpo_tis"],
+}
+
+
+class CompareConfig(Section):
+    """`tritonforge compare`: the base run once per variant (dotted overrides of the base)."""
+
+    run_dir: str = Field("runs/compare", description="variants run in RUN_DIR/<variant>")
+    base: TrainRunConfig = Field(default_factory=TrainRunConfig)
+    variants: dict[str, list[str]] = Field(
+        default_factory=lambda: {k: list(v) for k, v in DEFAULT_VARIANTS.items()},
+        description="variant name -> overrides of `base`",
     )

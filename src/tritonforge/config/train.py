@@ -42,7 +42,7 @@ BUILTIN_LOSSES = ("grpo", "dr_grpo", "gspo", "grpo_tis", "gspo_tis")
 Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant_norm"]
 
 
-def _known_losses() -> set[str]:
+def known_losses() -> set[str]:
     mod = sys.modules.get("tritonforge.training.losses")
     registered = set(getattr(mod, "LOSSES", {})) if mod is not None else set()
     return set(BUILTIN_LOSSES) | registered
@@ -144,7 +144,7 @@ class LossConfig(Section):
     @field_validator("type")
     @classmethod
     def _known_type(cls, value: str) -> str:
-        known = _known_losses()
+        known = known_losses()
         if value not in known:
             raise ValueError(unknown_name("loss", value, known))
         return value

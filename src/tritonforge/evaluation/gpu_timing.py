@@ -23,7 +23,10 @@ from tritonforge.evaluation.protocol import unpack_buffer
 from tritonforge.evaluation.reference import Reference
 from tritonforge.evaluation.session import Session
 from tritonforge.evaluation.timing import ReferenceTimer, device_peaks, stats
+from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
+
+progress = get_logger("evaluation.progress")  # see judge.progress
 
 
 class Stop(Exception):
@@ -45,6 +48,7 @@ def time_candidate(
     phases: dict[str, float],
     records: list[dict[str, Any]],
 ) -> None:
+    progress.debug("timing: %d rounds against the live reference", s.perf_rounds)
     case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
     with judge_device(device):  # the reference's inputs: a device-to-device copy of the case
         dev_inputs = list(unpack_buffer(case.desc, case.packed, keep_strides=True))

@@ -54,6 +54,9 @@ from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 
 log = get_logger("evaluation.judge")
+# Phase-by-phase progress at DEBUG ("reference", "compile", "correctness trial 2/5", ...): off by
+# default; `tritonforge eval-kernel` shows it on stderr while a long evaluation runs.
+progress = get_logger("evaluation.progress")
 
 
 class Evaluator:
@@ -165,7 +168,9 @@ class Evaluator:
                 phase="static",
                 device=device,
             )
+        progress.debug("reference: building the problem's model and inputs on %s", device)
         ref = self.refs.reference(problem, device)
+        progress.debug("spawn: starting a sandboxed worker")
         scratch = None if s.sandbox != "rlimits" else private_scratch()
         spec = worker_spec(s, device, scratch)
         phases: dict[str, float] = {}
@@ -199,7 +204,10 @@ class Evaluator:
         budget: float,
         phase: str,
         compiled: bool,
+        total: float | None = None,
     ) -> tuple[dict[str, Any], list[int]]:
+        """One request to the worker within `budget` seconds; `total` is the phase's whole
+        budget as configured (what a timeout message names), when `budget` is what is left."""
         try:
             return session.request(msg, fds, time.monotonic() + budget)
         except Deadline:
@@ -208,7 +216,7 @@ class Evaluator:
                     status=Status.TIMEOUT,
                     phase=phase,
                     compiled=compiled,
-                    message=f"{phase} took longer than its {budget:g} s budget",
+                    message=f"{phase} took longer than its {total or budget:g} s budget",
                 )
             ) from None
         except PeerClosed:
@@ -353,23 +361,30 @@ class Evaluator:
         phases: dict[str, float],
     ) -> Verdict:
         plan = self._plan(problem, source, s)
+        progress.debug("import: loading the candidate")
         notes = self._load(session, ref, source, s, device, phases, self.refs.case(ref, *plan[0]))
         if isinstance(notes, Verdict):
             return notes
         records: list[dict[str, Any]] = []
         compiled = False
-        deadline = 0.0
+        # the correctness budget is the candidate's own time over the trials after the first:
+        # the judge's work between trials (reference outputs, comparison) is not charged to it
+        correctness_left = s.budgets.correctness_s
         for i, (seed, dist) in enumerate(plan):
             phase = "compile" if i == 0 else "correctness"
-            budget = s.budgets.compile_s if i == 0 else max(0.1, deadline - time.monotonic())
+            total = s.budgets.compile_s if i == 0 else s.budgets.correctness_s
+            progress.debug("reference outputs: trial %d/%d (%s inputs)", i + 1, len(plan), dist)
             case = self.refs.case(ref, seed, dist)
             carry, carry_fds = session.transport.send(case)
             msg = {"op": "run", **carry, **audit_switches(last_trial=i == len(plan) - 1)}
+            progress.debug("%s: trial %d/%d", phase, i + 1, len(plan))
             t = time.monotonic()
-            reply, fds = self._call(session, msg, carry_fds, budget, phase, compiled)
-            phases[phase] = phases.get(phase, 0.0) + time.monotonic() - t
-            if i == 0:
-                deadline = time.monotonic() + s.budgets.correctness_s
+            budget = total if i == 0 else max(0.1, correctness_left)
+            reply, fds = self._call(session, msg, carry_fds, budget, phase, compiled, total)
+            spent = time.monotonic() - t
+            phases[phase] = phases.get(phase, 0.0) + spent
+            if i > 0:
+                correctness_left -= spent
             # compiled: a kernel launched; for the CUDA backend the extension built at import
             # and forward ran (its launches happen inside native code the recorder cannot see)
             compiled = compiled or (reply.get("audit") or {}).get("launches_ok", 0) > 0
