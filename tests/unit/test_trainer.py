@@ -9,8 +9,8 @@ import sys
 
 import pytest
 import torch
-from train_helpers import VOCAB, one_thread, tiny_lm, trajectories  # noqa: F401 (autouse fixture)
 
+from helpers.train import VOCAB, tiny_lm, trajectories
 from tritonforge.config.train import TrainerConfig
 from tritonforge.training import model as model_mod
 from tritonforge.training.batching import collate, prepare_sequences
@@ -18,6 +18,8 @@ from tritonforge.training.logprobs import entropy_from_logits, token_logprobs_fr
 from tritonforge.training.metrics import format_step_line
 from tritonforge.training.model import PolicyModel
 from tritonforge.training.rl import RLTrainer
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def config(**over) -> TrainerConfig:

@@ -88,6 +88,13 @@ def check_url(key: str, url: str) -> str:
     return url
 
 
+def check_urls(key: str, urls: list[str], what: str) -> None:
+    if not urls:
+        raise PlanError(f"{key}: {what} needs at least one URL")
+    for i, url in enumerate(urls):
+        check_url(f"{key}[{i}]", url)
+
+
 def check_gpu(key: str, what: str) -> None:
     """PlanError unless a GPU can be used by this process (device nodes, visibility vars)."""
     presence = gpu_presence()
@@ -107,10 +114,7 @@ def check_eval_settings(key: str, s: EvalSettings) -> None:
 def check_eval_backend(key: str, cfg: EvalBackendConfig) -> None:
     check_eval_settings(f"{key}.settings", cfg.settings)
     if cfg.type == "http":
-        if not cfg.urls:
-            raise PlanError(f"{key}.urls: an http evaluation backend needs at least one URL")
-        for i, url in enumerate(cfg.urls):
-            check_url(f"{key}.urls[{i}]", url)
+        check_urls(f"{key}.urls", cfg.urls, "an http evaluation backend")
 
 
 @dataclass(frozen=True)
@@ -183,10 +187,7 @@ def check_engine(key: str, cfg: EngineConfig, pending: Iterable[str] = ()) -> Mo
     if cfg.type in ("vllm", "sglang"):
         check_url(f"{key}.url", cfg.url)
     if cfg.type == "balanced":
-        if not cfg.urls:
-            raise PlanError(f"{key}.urls: a balanced engine needs at least one URL")
-        for i, url in enumerate(cfg.urls):
-            check_url(f"{key}.urls[{i}]", url)
+        check_urls(f"{key}.urls", cfg.urls, "a balanced engine")
     return check_model(f"{key}.model_path", cfg.model_path, pending)
 
 

@@ -52,22 +52,28 @@ def _nbytes(x: Any) -> int:
     return 0
 
 
-def measure_workload(src: str) -> Workload:
-    """Sizes of one forward of reference `src`, built and run on the meta device. Raises what
-    the source raises (e.g. a reference that insists on a real device)."""
+def run_on_meta(src: str) -> tuple[Any, Any, Any, int]:
+    """(model, inputs, outputs, FLOPs) of one forward of reference `src` on the meta device:
+    shapes and dtypes without memory or compute. Raises what the source raises."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    ns: dict[str, Any] = {"__name__": "tritonforge_workload"}
-    exec(compile(src, "<reference>", "exec"), ns)
+    ns: dict[str, Any] = {"__name__": "kernelbench_problem"}
+    exec(compile(src, "<problem>", "exec"), ns)
     with torch.device("meta"):
         model = ns["Model"](*ns["get_init_inputs"]())
         inputs = ns["get_inputs"]()
         counter = FlopCounterMode(display=False)
         with torch.no_grad(), counter:
             out = model(*inputs)
+    return model, inputs, out, int(counter.get_total_flops())
+
+
+def measure_workload(src: str) -> Workload:
+    """Bytes and FLOPs of one forward of reference `src` (see run_on_meta)."""
+    model, inputs, out, flops = run_on_meta(src)
     params = sum(_nbytes(t) for t in model.parameters()) + sum(_nbytes(b) for b in model.buffers())
-    return Workload(_nbytes(inputs), _nbytes(out), params, int(counter.get_total_flops()))
+    return Workload(_nbytes(inputs), _nbytes(out), params, flops)
 
 
 def interpreter_seconds(work: Workload) -> float:
