@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import helpers.hack_corpus as hc
-from tritonforge.evaluation.judge import Evaluator
+from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status
 
 pytestmark = [

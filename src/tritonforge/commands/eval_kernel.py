@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     plan, problem, source = resolve(args)
     if not args.quiet:
         warn_size(plan, problem, args.reference)
-    from tritonforge.evaluation.judge import Evaluator, progress
+    from tritonforge.evaluation.judge.evaluator import Evaluator, progress
 
     handler, saved = _PhaseLine(), (progress.level, progress.propagate)
     if not args.quiet:

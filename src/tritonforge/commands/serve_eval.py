@@ -63,6 +63,6 @@ def run(args: argparse.Namespace) -> int:
     check_eval_settings("eval", cfg.eval)
     if cfg.device == "cuda":
         check_gpu("device", "device 'cuda'")
-    from tritonforge.evaluation.server import serve
+    from tritonforge.evaluation.service.server import serve
 
     return serve(cfg, log_level=getattr(args, "log_level", "info"))

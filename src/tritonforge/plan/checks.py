@@ -40,7 +40,7 @@ def check_name(key: str, kind: str, name: str, known: Collection[str]) -> str:
 
 
 def check_reward(key: str, settings: EvalSettings) -> None:
-    from tritonforge.evaluation.rewards import REWARDS
+    from tritonforge.evaluation.judge.rewards import REWARDS
 
     check_name(f"{key}.reward", "reward", settings.reward, REWARDS)
 

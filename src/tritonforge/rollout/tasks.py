@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.task import FeedbackConfig, PromptConfig, TaskConfig
 from tritonforge.evaluation.api import EvalBackend
-from tritonforge.evaluation.rewards import compute_reward
+from tritonforge.evaluation.judge.rewards import compute_reward
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.extract import Extraction, Found, ThinkState, extract_code, split_thinking
 from tritonforge.rollout.feedback import build_feedback

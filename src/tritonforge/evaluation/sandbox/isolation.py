@@ -12,7 +12,7 @@ code) and the shared `SandboxSpec`. Layers, strongest first:
 - a minimal environment (no tokens or secrets leak in).
 
 Where namespaces are unavailable it degrades to rlimits plus the `nobody` user (if started as
-root) and says so in `SandboxReport.warnings`. Does not cover: the fork server (forkserver.py)
+root) and says so in `SandboxReport.warnings`. Does not cover: the fork server (zygote.py, judge/forkserver.py)
 or in-process audits (audit.py). See docs/security.md for what this does not stop.
 """
 
@@ -28,8 +28,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from tritonforge.hardware import gpu_device_nodes
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -67,6 +65,9 @@ class SandboxSpec:
     max_file_mb: int = 2048
     scratch: str = ""  # rlimits mode: a private dir made by the judge; namespaces: inside tmpfs
     env: dict[str, str] = field(default_factory=dict)
+    # GPU device nodes the worker opens (NVIDIA /dev/nvidia*, AMD /dev/kfd + /dev/dri/*), listed
+    # by the judge (tritonforge.hardware.gpu_device_nodes)
+    device_nodes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,12 +153,10 @@ def _blocked_ancestor(path: str) -> str | None:
     return None
 
 
-def _devices_usable_by_nobody(device: str, root: str = "/dev") -> bool:
+def _devices_usable_by_nobody(spec: SandboxSpec) -> bool:
     """A GPU needs its device nodes (NVIDIA /dev/nvidia*; AMD /dev/kfd and /dev/dri/*): if
     `nobody` cannot open one of them we stay uid 0 without capabilities."""
-    if device != "cuda":
-        return True
-    return nodes_open_to_all(gpu_device_nodes(root))
+    return spec.device != "cuda" or nodes_open_to_all(spec.device_nodes)
 
 
 def nodes_open_to_all(paths: list[str], stat_fn: Callable[[str], os.stat_result] = os.stat) -> bool:
@@ -362,7 +361,7 @@ def enter_sandbox(spec: SandboxSpec) -> SandboxReport:
         worker = os.fork()
         if worker:
             _pid1_reaper(worker)
-        if drop_to_nobody and _devices_usable_by_nobody(spec.device):
+        if drop_to_nobody and _devices_usable_by_nobody(spec):
             _become_nobody()
         else:
             if drop_to_nobody:

@@ -5,7 +5,7 @@ reference (eager, and torch.compile as a second baseline) in the judge process w
 method the worker uses for the candidate (L2 flush before each trial, host timer around the
 call, device-wide synchronize so side streams count), and a roofline bound on speedup from the
 peaks of the device in use (tritonforge.hardware.DEVICE_PEAKS).
-Does not cover: the candidate's timing loop (worker.py) or the interleaving schedule (judge.py).
+Does not cover: the candidate's timing loop (sandbox/worker.py) or the interleaving schedule (gpu_timing.py).
 On the CPU interpreter nothing is timed: interpreted Triton says nothing about GPU speed.
 """
 

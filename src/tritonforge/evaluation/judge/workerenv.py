@@ -1,8 +1,9 @@
 """Where and how a worker runs: device resolution, the minimal environment, the sandbox spec.
 
 Covers: `device_label`/`resolve_device`, `base_env` (no secrets; device pinned; set before torch
-is imported in the fork server), `gpu_env` (the pinning of NVIDIA and AMD/ROCm GPUs), `worker_spec` (the SandboxSpec of one candidate) and
-`private_scratch` (the scratch dir of the rlimits-only mode). Does not cover: applying them (sandbox.py, forkserver.py).
+is imported in the fork server), `gpu_env` (the pinning of NVIDIA and AMD/ROCm GPUs),
+`worker_spec` (the SandboxSpec of one candidate) and `private_scratch` (the scratch dir of the
+rlimits-only mode). Does not cover: applying them (sandbox/isolation.py, sandbox/zygote.py).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import torch
 
 import tritonforge
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.sandbox import NOBODY, SandboxSpec
-from tritonforge.hardware import visible_list
+from tritonforge.evaluation.sandbox.isolation import NOBODY, SandboxSpec
+from tritonforge.hardware import gpu_device_nodes, visible_list
 
 _KEEP_ENV = (
     "PATH",
@@ -113,6 +114,7 @@ def worker_spec(s: EvalSettings, device: str, scratch: str | None) -> dict[str, 
         max_file_mb=lim.max_file_mb,
         scratch=scratch or "",
         env=env,
+        device_nodes=[] if device == "cpu" else gpu_device_nodes(),
     )
     return {"sandbox": sandbox.to_json(), "rss_limit_mb": lim.memory_mb}
 

@@ -7,7 +7,7 @@ balancing, and skipping servers that failed recently (transport errors, 5xx, fai
 Never raises for transport problems and never returns None: a non-transient failure or exhausted
 retries gives an `internal_error` verdict whose message says why. The retry loop, its policy and
 the least-outstanding choice are tritonforge.retry's, shared with the engine clients.
-Does not cover: the server (server.py) or judging (judge.py).
+Does not cover: the server (server.py) or judging (judge/evaluator.py).
 """
 
 from __future__ import annotations
