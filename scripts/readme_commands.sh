@@ -125,7 +125,7 @@ SERVER_PID=""
 step make_tiny_model 0 300 -- tritonforge make-tiny-model --out runs/tiny-model
 
 # -- rollout / train before the SFT model exists: refused, saying what to run ----------------
-step rollout_before_sft 2 60 -- tritonforge rollout --config configs/cpu-tiny.toml
+step rollout_before_sft 2 60 -- tritonforge rollout --config configs/rollout-cpu.toml
 refusal rollout_before_sft "tritonforge sft --run-dir runs/demo/sft"
 step train_before_sft 2 60 -- tritonforge train --config configs/cpu-tiny.toml
 refusal train_before_sft "tritonforge sft --run-dir runs/demo/sft"
@@ -136,7 +136,7 @@ step sft 0 900 -- tritonforge sft --run-dir runs/demo/sft --set sft.max_steps=2
 [ -f runs/demo/sft/final/config.json ] || { echo "FAIL: no runs/demo/sft/final" >&2; exit 1; }
 
 # -- Collect trajectories ----------------------------------------------------------------------
-step rollout 0 900 -- tritonforge rollout --config configs/cpu-tiny.toml --set buffer.group_size=2 \
+step rollout 0 900 -- tritonforge rollout --config configs/rollout-cpu.toml --set buffer.group_size=2 \
   --set agent.max_turns=1 --set agent.sampling.max_new_tokens=16 --set 'problems.ids=["relu"]'
 
 # -- Benchmark a model -------------------------------------------------------------------------

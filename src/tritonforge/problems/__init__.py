@@ -90,17 +90,9 @@ _SUITE_MODULES = {
 
 
 def _ensure_registered(name: str | None = None) -> None:
-    """Import the module of suite `name` (or of every known suite) if not registered yet.
-
-    A suite module that is missing from this checkout is skipped; its own import errors are not.
-    """
+    """Import the module of suite `name` (or of every project suite) if not registered yet."""
     import importlib
 
     for suite, module in _SUITE_MODULES.items():
-        if suite in SUITES or (name is not None and suite != name):
-            continue
-        try:
+        if suite not in SUITES and (name is None or suite == name):
             importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
