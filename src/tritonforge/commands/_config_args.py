@@ -22,8 +22,9 @@ from tritonforge.config import config_keys, load_config
 T = TypeVar("T", bound=BaseModel)
 
 CONFIG_EPILOG = (
-    "Config: a TOML file (--config) and dotted overrides (--set a.b=VALUE, values parsed as TOML "
-    "literals); unknown keys are errors. --list-keys shows every key, --print-config the result."
+    "Config: a TOML file (--config) and dotted overrides (--set a.b=VALUE, values parsed as\n"
+    "TOML literals); unknown keys are errors. --list-keys shows every key, --print-config the\n"
+    "resolved config."
 )
 
 
