@@ -3,7 +3,8 @@
 Covers: argument parsing, logging set-up, dispatch, `--print-config`, and the exit-code contract:
 0 for a finished job (a verdict, also of a failing candidate, is a finished job), 2 for any request
 that cannot be served as asked (bad arguments, unknown names, missing files or models, a device
-this machine lacks), told in one line on stderr (with `--json`: one JSON object on stdout),
+this machine lacks), told in one line on stderr (with `--json` also as one JSON object on
+stdout),
 130 when interrupted. Does not cover: the jobs themselves. A new command is a module exposing
 `register(subparsers)` listed in COMMANDS; a command with a config also sets `config_fn`.
 """
@@ -42,12 +43,12 @@ _JSON_ERRORS = {"on": False}  # set by main() when --json is on the command line
 
 
 def emit_error(prog: str, message: str, as_json: bool | None = None) -> None:
-    """Tell the user, in one line, why a request was refused (JSON on stdout with --json)."""
+    """Tell the user, in one line on stderr, why a request was refused; with --json also as one
+    JSON object on stdout (where scripts read the last line)."""
     text = " ".join(str(message).split())
     if as_json if as_json is not None else _JSON_ERRORS["on"]:
         print(json.dumps({"error": text, "command": prog, "exit_code": USAGE_ERROR}))
-    else:
-        print(f"{prog}: error: {text}", file=sys.stderr)
+    print(f"{prog}: error: {text}", file=sys.stderr)
 
 
 def _hint(message: str, parser: argparse.ArgumentParser) -> str:

@@ -5,7 +5,7 @@ user sees) for unknown suites, sizes, problems, rewards, modes, keys, commands a
 folder where nothing matches; `--device cuda` without a GPU (visible GPUs hidden, so the test
 means the same on a GPU machine); a training config whose model does not exist yet (a fresh
 clone); and that a refused `train` imported no torch and left no run dir. With `--json`, the
-refusal is one JSON object on stdout and nothing on stderr. Only verdicts exit 0 (eval tier).
+refusal is also one JSON object on stdout. Only verdicts exit 0 (eval tier).
 """
 
 from __future__ import annotations
@@ -90,12 +90,13 @@ def test_eval_kernel_cuda_without_a_gpu_is_refused_before_any_work() -> None:
 
 def test_eval_kernel_json_refusal_is_one_json_line_on_stdout() -> None:
     rc, out, err, torch_loaded = cli("eval-kernel", REF, CAND, "--device", "cuda", "--json")
-    assert rc == 2 and err == [] and len(out) == 1 and not torch_loaded
+    assert rc == 2 and len(out) == 1 and not torch_loaded
     payload = json.loads(out[0])
     assert payload["exit_code"] == 2 and payload["command"] == "tritonforge eval-kernel"
     assert "needs a GPU" in payload["error"]
+    assert err == [f"tritonforge eval-kernel: error: {payload['error']}"]  # the same, for people
     rc, out, err, _ = cli("eval-kernel", REF, CAND, "--mode", "stric", "--json")
-    assert rc == 2 and err == [] and "did you mean 'strict'" in json.loads(out[0])["error"]
+    assert rc == 2 and len(err) == 1 and "did you mean 'strict'" in json.loads(out[0])["error"]
 
 
 def test_eval_kernel_unknown_reward_is_refused_before_evaluating() -> None:

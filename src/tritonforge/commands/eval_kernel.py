@@ -4,8 +4,8 @@ Stable contract (scripts depend on it): with `--json` the last stdout line is on
 at least status, compiled, correct, speedup, reward, message; exit code 0 whenever a verdict was
 produced (also for failing candidates). A request that cannot be served (a missing file, an
 unknown reward, `--device cuda` on a machine without a GPU, a bad setting) is refused before any
-work with exit code 2 and one line on stderr (with `--json`: one JSON object {"error": ...} on
-stdout). On the CPU the reference's size is estimated first and a warning says when the Triton
+work with exit code 2 and one line on stderr (with `--json` also one JSON object
+{"error": ...} on stdout). On the CPU the reference's size is estimated first and a warning says when the Triton
 interpreter would need minutes; the phase in progress is shown on stderr.
 """
 
