@@ -132,6 +132,14 @@ def test_unknown_command_and_flag_typos() -> None:
     assert "did you mean --suite?" in refused("problems", "list", "--sute", "builtin")
 
 
+def test_problems_show_and_make_tiny_model_refusals(tmp_path: Path) -> None:
+    line = refused("problems", "show", "relux", "--suite", "builtin")
+    assert "unknown problem 'relux'; did you mean 'relu'" in line
+    line = refused("make-tiny-model", "--layers", "0", "--out", str(tmp_path / "m"))
+    assert "layers: Input should be greater than or equal to 1" in line
+    assert not (tmp_path / "m").exists()
+
+
 # -- train -------------------------------------------------------------------------------------
 TINY = ['engine.model_path="runs/tiny-model"', 'trainer.model.path="runs/tiny-model"']
 
