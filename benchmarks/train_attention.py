@@ -95,7 +95,7 @@ def attention_phase(args, shape: str, device: torch.device) -> dict:
 
     cfg = tp.qwen3_config(shape)
     heads, kv, dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    deadline = time.monotonic() + (60 if device.type == "cuda" else 300)
+    deadline = time.monotonic() + (45 if device.type == "cuda" else 300)
     compiled: dict = {}
     results: dict[str, Any] = {}
     names = [n for n in attention.PACKED_ATTENTION if attention.available(n, device)]

@@ -248,14 +248,21 @@ def available(name: str, device: torch.device) -> bool:
     return True
 
 
-def resolve(ragged: str, uniform: str, uniform_len: int, device: torch.device) -> str:
+def resolve(
+    ragged: str,
+    uniform: str,
+    uniform_len: int,
+    device: torch.device,
+    dtype: torch.dtype = torch.bfloat16,
+) -> str:
     """The packed attention for a row: `uniform` ("auto": sdpa) when all its sequences are
-    equally long and `uniform` is not "same", else `ragged` ("auto": varlen on CUDA when torch
-    has it, loop otherwise)."""
+    equally long and `uniform` is not "same", else `ragged` ("auto": varlen on CUDA in half
+    precision when torch has it, loop otherwise)."""
     if uniform_len and uniform != "same":
         return "sdpa" if uniform == "auto" else uniform
     if ragged == "auto":
-        return "varlen" if available("varlen", device) else "loop"
+        half = dtype in (torch.bfloat16, torch.float16)
+        return "varlen" if half and available("varlen", device) else "loop"
     return ragged
 
 
@@ -330,7 +337,11 @@ def install(lm: nn.Module) -> str:
                 module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kw
             )
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        return PACKED_ATTENTION[backend](query, key, value, kw, scale), None
+        # Under autocast with fp32 weights q and k leave RoPE in fp32 while v (straight from its
+        # projection) is in the compute dtype; SDPA would cast them under autocast, the packed
+        # kernels are not autocast ops, so they get the compute dtype here.
+        dtype = value.dtype
+        return PACKED_ATTENTION[backend](query.to(dtype), key.to(dtype), value, kw, scale), None
 
     AttentionInterface.register(name, attention)
     mask_fn = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping.get(original)

@@ -270,7 +270,9 @@ class PolicyModel(nn.Module):
         if not self.packing:
             raise ValueError("a packed micro-batch needs PolicyModel(packing=True)")
         device = packed.input_ids.device
-        backend = attention.resolve(self.attn_ragged, self.attn_uniform, packed.uniform_len, device)
+        backend = attention.resolve(
+            self.attn_ragged, self.attn_uniform, packed.uniform_len, device, self.compute_dtype
+        )
         kwargs = attention.packing_kwargs(packed, backend, self.layers_compiled)
         masks = self._dict_masks
         with attention.packed_masks():
