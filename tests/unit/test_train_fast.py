@@ -143,6 +143,19 @@ def test_sft_packed_equals_padded():
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 
+def test_dummy_micro_batches_stand_for_no_sequence():
+    # regression: a packed dummy once carried seq_index [0], so under FSDP a rank with fewer
+    # micro-batches overwrote sequence 0's stored old log-probs with the dummy's zeros
+    for packing in (True, False):
+        cfg = TrainerConfig.model_validate({"batch": {"packing": packing}})
+        core = RLTrainer(cfg, model=tiny_lm()).core
+        mb = core._dummy()
+        assert mb.seq_index == [] and mb.num_tokens == 0 and mb.mask.sum() == 0
+        assert (mb.packed is not None) == packing
+        logp, _ = core.forward(mb)
+        assert logp.shape == mb.shape
+
+
 def test_checkpoint_indices_spread_evenly():
     assert checkpoint_indices(28, None) == list(range(28))
     assert checkpoint_indices(28, 40) == list(range(28))

@@ -211,10 +211,7 @@ def test_unpadded_micro_batch_drops_the_mask_with_equal_results():
     assert one.real_tokens == one.input_ids.numel()  # no padding: mask dropped in forward
     with torch.no_grad():
         fast, _ = trainer.core.forward(one)
-        masked, _ = trainer.core.policy.lm.model, None
-        hidden = masked(
-            input_ids=one.input_ids, attention_mask=one.attention_mask
-        ).last_hidden_state
-        logits = trainer.core.policy.lm.lm_head(hidden)
+        lm = trainer.model
+        logits = lm(input_ids=one.input_ids, attention_mask=one.attention_mask).logits
         masked = token_logprobs_from_logits(logits, one.targets)
     torch.testing.assert_close(fast, masked, atol=1e-6, rtol=1e-6)

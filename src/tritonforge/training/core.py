@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +140,8 @@ class TrainCore:
         if not self.policy.packing:
             return MicroBatch.dummy(self.pad_id)
         seq = TrainSequence([self.pad_id] * 3, [0, 0, 0])  # scores nothing
-        return pack_micro_batch([seq], self.pad_id, self.batch_cfg.pack_multiple)
+        mb = pack_micro_batch([seq], self.pad_id, self.batch_cfg.pack_multiple)
+        return replace(mb, seq_index=[])  # stands for no sequence (else it would be number 0)
 
     def forward(
         self, mb: MicroBatch, temperature: float = 1.0, compute_entropy: bool = False
