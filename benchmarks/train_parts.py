@@ -137,10 +137,11 @@ def matmul_tflops(device: torch.device) -> float | None:
 
 
 def time_steps(step: Callable[[], Any], device, warmup: int, steps: int, deadline: float) -> dict:
-    """Run `step` warmup + steps times (fewer when past `deadline`); times of the timed ones."""
+    """Run `step` warmup + steps times (fewer when past `deadline`, but at least one timed
+    step: the first may spend most of the time compiling); times of the timed ones."""
     times, first, out = [], None, None
     for i in range(warmup + steps):
-        if i > 0 and time.monotonic() > deadline:
+        if i > warmup and time.monotonic() > deadline:
             break
         sync(device)
         t0 = time.perf_counter()

@@ -52,13 +52,19 @@ def run_trainer(args, shape: str, config, device, v: dict, deadline: float, ctx:
                    first_step_s=res["first_step_s"], peak_mem_gib=tp.peak_gib(device),
                    settings=v, dynamo=tp.dynamo_counters())  # fmt: skip
         if v.get("profile"):
-            with tp.profiled(True, device, args.out_dir / f"profile_{shape}.txt"):
-                trainer.train_step(batch)
-                tp.sync(device)
+            out["profile"] = tp.guarded(_profile, args, shape, device, trainer, batch)
         return out
     finally:
         trainer = lm = None  # frees the model before the next variant
         tp.reset_memory(device)
+
+
+def _profile(args, shape: str, device, trainer, batch) -> dict:
+    path = args.out_dir / f"profile_{shape}.txt"
+    with tp.profiled(True, device, path):
+        trainer.train_step(batch)
+        tp.sync(device)
+    return {"status": "ok", "table": str(path)}
 
 
 def run_naive(args, config, device, deadline: float, ctx: dict) -> dict:
@@ -118,13 +124,15 @@ def first_shape_variants(args, attn: dict) -> tuple[list, list]:
 
 
 def other_shape_ladder(args, shape: str, attn: dict, compile_ok: bool) -> list[dict]:
-    """The fast path, then with more layers checkpointed after an OOM (4b: one sample per
-    micro-batch, its activations at 16k tokens would not fit beside fp32 Adam states)."""
+    """The fast path, then with more layers checkpointed after an OOM. 4b: one sample per
+    micro-batch and half its layers checkpointed from the start (64 GB of fp32 weights, grads
+    and Adam states leave about 70 GB; its activations are ~100 KB per token and layer)."""
     micro = args.seq if shape == "4b" else args.micro_tokens
     base = {"compile": args.compile if compile_ok else "off", "micro_tokens": micro,
             "uniform": attn["uniform"], "ragged": attn["ragged"]}  # fmt: skip
     n_layers = tp.SHAPES[shape]["num_hidden_layers"]
-    return [base, {**base, "ckpt": n_layers // 2}, {**base, "ckpt": n_layers}]
+    ladder = [base, {**base, "ckpt": n_layers // 2}, {**base, "ckpt": n_layers}]
+    return ladder[1:] if shape == "4b" else ladder
 
 
 def _context(args, shape: str, report: dict) -> tuple[Any, dict, dict]:
