@@ -82,6 +82,21 @@ def test_compiled_layers_checkpointing_and_head_match_eager():
     assert list(lm_fast.state_dict()) == list(lm_ref.state_dict())
 
 
+def test_compiled_checkpointed_layers_under_bf16_autocast():
+    """fp32 master weights, bf16 autocast around compiled, checkpointed layers and the compiled
+    head (the GPU default) against the padded eager path: bf16 tolerance."""
+    batch = seqs(seed=3)
+    ref = loss_and_grads(PolicyModel(tiny_lm(), 8, torch.bfloat16), collate(batch))
+    lm = tiny_lm()
+    accelerate_layers(lm, True, [0, 1], backend="aot_eager")
+    policy = PolicyModel(lm, 8, torch.bfloat16, packing=True, head_ops=compiled_ops("aot_eager"))
+    fast = loss_and_grads(policy, pack_micro_batch(batch, 0, 16))
+    assert (fast[1] - ref[1]).abs().max() < 2e-2
+    num = sum(float((fast[3][n] - ref[3][n]).pow(2).sum()) for n in ref[3])
+    den = sum(float(ref[3][n].pow(2).sum()) for n in ref[3])
+    assert math.sqrt(num / den) < 3e-2
+
+
 @pytest.mark.slow
 def test_recompiles_stay_bounded_over_changing_packed_shapes():
     import torch._dynamo
