@@ -146,7 +146,7 @@ def timed_eval(ev: Any, problem: Any) -> tuple[float, Any]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from tritonforge.config.eval import EvalSettings
-    from tritonforge.evaluation.judge import Evaluator
+    from tritonforge.evaluation.judge.evaluator import Evaluator
     from tritonforge.problems import load_suite
 
     settings = EvalSettings(device=args.device, mode="strict", transport=args.transport)

@@ -20,7 +20,7 @@ from typing import Any
 import hack_corpus as hc
 import pytest
 
-from tritonforge.evaluation.judge import Evaluator
+from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status, Verdict
 
 pytestmark = pytest.mark.slow

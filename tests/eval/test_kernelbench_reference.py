@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge import Evaluator
+from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Problem, Status, Verdict
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kernelbench"

@@ -16,8 +16,8 @@ from typing import Any
 import hack_corpus as hc
 import pytest
 
-from tritonforge.evaluation.checks import run_static
-from tritonforge.evaluation.judge import Evaluator
+from tritonforge.evaluation.judge.checks import run_static
+from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status
 
 pytestmark = pytest.mark.slow

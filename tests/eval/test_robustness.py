@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge import Evaluator
+from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Problem, Status
 
 CORPUS = Path(__file__).resolve().parent / "status_corpus"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge import Evaluator
+from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Problem, Status, Verdict
 
 if sys.version_info >= (3, 11):
@@ -160,8 +160,8 @@ def test_session_of_a_dead_worker_still_releases_everything(cpu_evaluator: Evalu
     # Regression: Session.close skipped its clean-up when the worker had already ended (a crash
     # sets the exit status first through wait_exit), so the shared device buffers of every
     # crashed candidate stayed allocated on a GPU (ExportedBuffer holds a raw fd and a mapping).
-    from tritonforge.evaluation.session import Session
-    from tritonforge.evaluation.workerenv import worker_spec
+    from tritonforge.evaluation.judge.session import Session
+    from tritonforge.evaluation.judge.workerenv import worker_spec
 
     class Recorder:  # stands in for the GPU-only transport; records the call
         closed = 0

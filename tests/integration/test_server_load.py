@@ -115,7 +115,7 @@ def _cmdline(pid: int) -> str:
 
 def worker_leaf(server_pid: int) -> int | None:
     """The deepest descendant of the server's fork server (the sandboxed worker), if any."""
-    forkservers = [c for c in _children(server_pid) if "evaluation.forkserver" in _cmdline(c)]
+    forkservers = [c for c in _children(server_pid) if "evaluation.sandbox.zygote" in _cmdline(c)]
     best: tuple[int, int] | None = None
     stack = [(c, 1) for f in forkservers for c in _children(f)]
     while stack:

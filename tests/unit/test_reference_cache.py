@@ -14,8 +14,8 @@ import os
 
 import torch
 
-from tritonforge.evaluation.protocol import unpack
-from tritonforge.evaluation.reference import ReferenceStore
+from tritonforge.evaluation.judge.reference import ReferenceStore
+from tritonforge.evaluation.sandbox.protocol import unpack
 from tritonforge.types import Problem
 
 SRC = """

@@ -21,9 +21,9 @@ from fastapi.testclient import TestClient
 from tritonforge.config import ConfigError
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.server import TOKEN_ENV, ServerConfig
-from tritonforge.evaluation.client import EvalClient
-from tritonforge.evaluation.server import create_app
-from tritonforge.evaluation.service import EvalService, Job
+from tritonforge.evaluation.service.client import EvalClient
+from tritonforge.evaluation.service.server import create_app
+from tritonforge.evaluation.service.service import EvalService, Job
 from tritonforge.problems import load_suite
 from tritonforge.types import Problem, Status, Verdict
 
@@ -46,7 +46,7 @@ SLOW_BODY = "        import time\n        time.sleep(4.0)\n"
 
 @pytest.fixture(scope="module")
 def evaluator():
-    from tritonforge.evaluation.judge import Evaluator
+    from tritonforge.evaluation.judge.evaluator import Evaluator
 
     ev = Evaluator(EvalSettings(device="cpu"))
     yield ev

@@ -60,7 +60,7 @@ def _correct(v: Verdict | None) -> bool:
 def bench_metrics(
     problems: list[Problem], trajs: list[Trajectory], k: int, max_turns: int
 ) -> dict[str, Any]:
-    from tritonforge.evaluation.summary import summarize
+    from tritonforge.evaluation.judge.summary import summarize
 
     by: dict[str, list[Trajectory]] = {p.id: [] for p in problems}
     for t in trajs:

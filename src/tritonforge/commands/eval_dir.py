@@ -92,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {f.name} matches no problem of suite {args.suite}", file=sys.stderr)
     out = args.out or args.directory / "eval"
     out.mkdir(parents=True, exist_ok=True)
-    from tritonforge.evaluation.judge import Evaluator
-    from tritonforge.evaluation.summary import plot, summarize, to_markdown
+    from tritonforge.evaluation.judge.evaluator import Evaluator
+    from tritonforge.evaluation.judge.summary import plot, summarize, to_markdown
 
     by_problem: dict[str, list[Verdict]] = {}
     rows: list[tuple[str, Verdict]] = []

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"tritonforge eval-kernel: {path} is not a file", file=sys.stderr)
             return 2
     settings = settings_from_args(args)
-    from tritonforge.evaluation.judge import Evaluator
+    from tritonforge.evaluation.judge.evaluator import Evaluator
 
     problem = Problem(
         id=f"file/{args.reference.stem}",

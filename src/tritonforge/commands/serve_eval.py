@@ -59,6 +59,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    from tritonforge.evaluation.server import serve
+    from tritonforge.evaluation.service.server import serve
 
     return serve(cfg, log_level=getattr(args, "log_level", "info"))

@@ -50,11 +50,11 @@ def load_problems(cfg: ProblemsConfig) -> list[Problem]:
 
 def build_eval_backend(cfg: EvalBackendConfig) -> EvalBackend:
     if cfg.type == "http":
-        from tritonforge.evaluation.client import EvalClient
+        from tritonforge.evaluation.service.client import EvalClient
 
         token = cfg.token or os.environ.get("TRITONFORGE_EVAL_TOKEN")
         return EvalClient(cfg.urls, token=token, timeout_s=cfg.timeout_s)
-    from tritonforge.evaluation.judge import Evaluator, LocalBackend
+    from tritonforge.evaluation.judge.evaluator import Evaluator, LocalBackend
 
     return LocalBackend(Evaluator(cfg.settings), concurrency=cfg.concurrency)
 

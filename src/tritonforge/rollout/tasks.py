@@ -24,7 +24,7 @@ from pydantic import Field
 from tritonforge.config import Section
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.api import EvalBackend
-from tritonforge.evaluation.rewards import compute_reward
+from tritonforge.evaluation.judge.rewards import compute_reward
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.extract import Extraction, Found, ThinkState, extract_code, split_thinking
 from tritonforge.rollout.feedback import FeedbackConfig, build_feedback

@@ -3,7 +3,7 @@
 Covers: structure (number and kind of outputs), exact shape and dtype, values within per-dtype
 tolerance (|got - expected| <= atol * max(1, rms(expected)) + rtol * |expected|, no broadcasting), the NaN/Inf policy, and
 mismatch details (max/mean abs diff, worst index with expected vs got, count of mismatches).
-Does not cover: how outputs arrive (protocol.py) or what the verdict says (judge.py).
+Does not cover: how outputs arrive (sandbox/protocol.py) or what the verdict says (evaluator.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.protocol import flatten_tensors
+from tritonforge.evaluation.sandbox.protocol import flatten_tensors
 from tritonforge.types import Mismatch, Status
 
 

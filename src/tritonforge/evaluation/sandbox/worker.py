@@ -22,9 +22,13 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation import audit
-from tritonforge.evaluation.classify import classify_exception, raised_in_kernel, trim_traceback
-from tritonforge.evaluation.protocol import (
+from tritonforge.evaluation.sandbox import audit
+from tritonforge.evaluation.sandbox.classify import (
+    classify_exception,
+    raised_in_kernel,
+    trim_traceback,
+)
+from tritonforge.evaluation.sandbox.protocol import (
     Reader,
     flatten_tensors,
     map_tensors,
@@ -138,7 +142,11 @@ class Worker:
     def _map_shared(self, want: Any, fds: list[int]) -> dict[str, Any]:
         """Map the judge's two shared device buffers (before any candidate code runs) and echo
         its token from the input buffer into the output buffer. Returns what to report."""
-        from tritonforge.evaluation.devshare import TOKEN_BYTES, DevShareError, ImportedBuffer
+        from tritonforge.evaluation.sandbox.devshare import (
+            TOKEN_BYTES,
+            DevShareError,
+            ImportedBuffer,
+        )
 
         try:
             if not isinstance(want, dict) or len(fds) != 2:

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tritonforge.evaluation.audit_state import STATE
-from tritonforge.evaluation.glue import ALLOCATION, classify_op
+from tritonforge.evaluation.sandbox.audit_state import STATE
+from tritonforge.evaluation.sandbox.glue import ALLOCATION, classify_op
 
 
 def _tensors(value: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation import lineage
-from tritonforge.evaluation.audit_state import STATE, Launch
+from tritonforge.evaluation.sandbox import lineage
+from tritonforge.evaluation.sandbox.audit_state import STATE, Launch
 
 SNAPSHOT_LAUNCHES = 64  # per trial: launches whose argument buffers are diffed before/after
 POISON = 0xFF  # byte written over a first call's outputs before a repeated call

@@ -18,7 +18,7 @@ Runs inside the worker process, installed before the candidate is imported:
 - the forward scope: profiler, lineage dispatch mode and markers around one audited call, and
   the analysis of the profile into compute ops, glue ops and the custom-kernel share.
 
-Does not cover: the static source rules (checks.py), isolation (sandbox.py), or judging (judge.py).
+Does not cover: the static source rules (judge/checks.py), isolation (isolation.py), or judging (judge/).
 This layer lives in the candidate's own process; docs/security.md says what that implies.
 """
 
@@ -35,10 +35,10 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation import audit_hook, audit_launch, lineage
-from tritonforge.evaluation.audit_state import STATE, AuditState, Launch
-from tritonforge.evaluation.audit_state import violation as _violation
-from tritonforge.evaluation.glue import classify_op
+from tritonforge.evaluation.sandbox import audit_hook, audit_launch, lineage
+from tritonforge.evaluation.sandbox.audit_state import STATE, AuditState, Launch
+from tritonforge.evaluation.sandbox.audit_state import violation as _violation
+from tritonforge.evaluation.sandbox.glue import classify_op
 
 __all__ = ["STATE", "AuditState", "ForwardRecord", "Launch", "arm", "forward_scope", "preload"]
 

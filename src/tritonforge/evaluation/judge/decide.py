@@ -8,7 +8,7 @@ skipped their kernels, implausible speedups), `changed_after_timing` (wrong afte
 loop although every trial passed), `audit_record` (the Audit summary for the
 verdict) and `audit_switches` (the in-process audit on/off, for measuring its cost).
 Each rule returns (name, reason); names are documented in docs/security.md.
-Does not cover: collecting the facts (audit.py, worker.py).
+Does not cover: collecting the facts (sandbox/audit.py, sandbox/worker.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.timing import roofline_ms
+from tritonforge.evaluation.judge.timing import roofline_ms
 from tritonforge.types import Audit, Problem, Status, Verdict
 
 # Rules reported by the worker that hybrid mode tolerates (KernelBench-style partial replacement).

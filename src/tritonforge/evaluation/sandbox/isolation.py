@@ -12,7 +12,7 @@ code) and the shared `SandboxSpec`. Layers, strongest first:
 - a minimal environment (no tokens or secrets leak in).
 
 Where namespaces are unavailable it degrades to rlimits plus the `nobody` user (if started as
-root) and says so in `SandboxReport.warnings`. Does not cover: the fork server (forkserver.py)
+root) and says so in `SandboxReport.warnings`. Does not cover: the fork server (zygote.py, judge/forkserver.py)
 or in-process audits (audit.py). See docs/security.md for what this does not stop.
 """
 

@@ -2,8 +2,8 @@
 
 Covers: the socket pair and stdout/stderr pipes of one worker (output capped to head + tail,
 excess drained and counted), requests with deadlines, detection of unsolicited frames, and the
-exit status after the worker is killed. Does not cover: what to ask (judge.py) or isolation
-(sandbox.py, forkserver.py).
+exit status after the worker is killed. Does not cover: what to ask (evaluator.py) or isolation
+(sandbox/isolation.py, sandbox/zygote.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import socket
 import threading
 from typing import Any
 
-from tritonforge.evaluation.forkserver import ChildExit, ForkServer
-from tritonforge.evaluation.protocol import PeerClosed, Reader, send_msg
+from tritonforge.evaluation.judge.forkserver import ChildExit, ForkServer
+from tritonforge.evaluation.sandbox.protocol import PeerClosed, Reader, send_msg
 
 # Kineto's own start/stop log lines (the profiler runs inside the worker): not the candidate's output.
 _PROFILER_NOISE = re.compile(r"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\].*\n?", re.MULTILINE)

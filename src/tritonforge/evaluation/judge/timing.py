@@ -4,7 +4,7 @@ Covers: `stats` (median, mean, std, min, max over trials after dropping the firs
 reference (eager, and torch.compile as a second baseline) in the judge process with the same
 method the worker uses for the candidate (L2 flush before each trial, host timer around the
 call, device-wide synchronize so side streams count), and a roofline bound on speedup.
-Does not cover: the candidate's timing loop (worker.py) or the interleaving schedule (judge.py).
+Does not cover: the candidate's timing loop (sandbox/worker.py) or the interleaving schedule (gpu_timing.py).
 On the CPU interpreter nothing is timed: interpreted Triton says nothing about GPU speed.
 """
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.compare import output_bytes
-from tritonforge.evaluation.gpu_lock import judge_device
-from tritonforge.evaluation.protocol import (
+from tritonforge.evaluation.judge.compare import output_bytes
+from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.sandbox.protocol import (
     map_tensors,
     pack,
     pack_into,

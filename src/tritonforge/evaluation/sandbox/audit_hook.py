@@ -8,7 +8,7 @@ candidate's module its own `__import__` that refuses the forbidden modules of ch
 when the import statement is hidden from the static rules.
 Rules: network, process_spawn, signal_process, native_code, introspection, dynamic_code,
 filesystem, forbidden_import (docs/security.md explains each).
-Does not cover: tripwires and the launch recorder (audit.py), isolation (sandbox.py).
+Does not cover: tripwires and the launch recorder (audit.py), isolation (isolation.py).
 The hook lives in the candidate's process: it raises the cost of an attack, it is not a wall.
 """
 
@@ -21,8 +21,8 @@ import sysconfig
 from dataclasses import dataclass
 from typing import Any
 
-from tritonforge.evaluation.audit_state import STATE, violation
-from tritonforge.evaluation.checks import FORBIDDEN_MODULES
+from tritonforge.evaluation.sandbox.audit_state import STATE, violation
+from tritonforge.evaluation.sandbox.forbidden import FORBIDDEN_MODULES
 
 _STDLIB = tuple(
     {

@@ -5,7 +5,7 @@ a fresh sandboxed worker, correctness trials with hidden seeds and several input
 audit decisions, GPU timing interleaved with the live reference, plausibility, reward) and
 `LocalBackend` (the async EvalBackend over an Evaluator). Never raises for a bad candidate and
 never returns None; a broken reference or judge bug is an `internal_error` verdict.
-Does not cover: isolation (sandbox.py), the worker side (worker.py), HTTP (server.py).
+Does not cover: isolation (sandbox/isolation.py), the worker side (sandbox/worker.py), HTTP (service/server.py).
 """
 
 from __future__ import annotations
@@ -21,35 +21,39 @@ import time
 from collections import Counter
 from typing import Any
 
+import torch
+
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.checks import run_static
-from tritonforge.evaluation.compare import compare, tf32_hint
-from tritonforge.evaluation.decide import (
+from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
+from tritonforge.evaluation.judge.checks import run_static
+from tritonforge.evaluation.judge.compare import compare, tf32_hint
+from tritonforge.evaluation.judge.decide import (
     audit_record,
     audit_switches,
     decide_audit,
 )
-from tritonforge.evaluation.forkserver import ForkServer
-from tritonforge.evaluation.gpu_lock import judge_device
-from tritonforge.evaluation.gpu_timing import Stop, time_candidate
-from tritonforge.evaluation.protocol import Deadline, PeerClosed, ProtocolError, pack
-from tritonforge.evaluation.reference import (
+from tritonforge.evaluation.judge.forkserver import ForkServer
+from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.gpu_timing import time_candidate
+from tritonforge.evaluation.judge.reference import (
     INIT_SEED,
     Case,
     Reference,
     ReferenceError,
     ReferenceStore,
 )
-from tritonforge.evaluation.rewards import compute_reward
-from tritonforge.evaluation.session import Session, describe_exit
-from tritonforge.evaluation.transport import Transport
-from tritonforge.evaluation.workerenv import (
+from tritonforge.evaluation.judge.rewards import compute_reward
+from tritonforge.evaluation.judge.session import Session
+from tritonforge.evaluation.judge.timing import ReferenceTimer
+from tritonforge.evaluation.judge.transport import Transport
+from tritonforge.evaluation.judge.workerenv import (
     base_env,
     device_label,
     private_scratch,
     resolve_device,
     worker_spec,
 )
+from tritonforge.evaluation.sandbox.protocol import pack
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 
@@ -69,7 +73,7 @@ class Evaluator:
             else secrets.randbits(62)
         )
         self._servers: dict[str, ForkServer] = {}
-        self._timers: dict[str, Any] = {}  # device -> timing.ReferenceTimer
+        self._timers: dict[str, ReferenceTimer] = {}
         self._compiled: dict[tuple[str, str], Any] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -90,6 +94,19 @@ class Evaluator:
     def timing_lock(self, device: str) -> threading.Lock:
         with self._lock:
             return self._locks.setdefault(f"time:{device}", threading.Lock())
+
+    def reference_timer(self, device: str) -> ReferenceTimer:
+        """The timer of the live reference on `device` (one per device, reused)."""
+        with self._lock:
+            return self._timers.setdefault(device, ReferenceTimer(device))
+
+    def compiled_reference(self, problem: Problem, ref: Reference) -> Any:
+        """torch.compile(reference), once per problem and device (the second baseline)."""
+        key = (problem.id, ref.device)
+        with self._lock:
+            if key not in self._compiled:
+                self._compiled[key] = torch.compile(ref.model)
+            return self._compiled[key]
 
     def close(self) -> None:
         for srv in self._servers.values():
@@ -173,8 +190,9 @@ class Evaluator:
         session = Session(self.server(device), spec, s.limits.output_bytes)
         session.transport = Transport(device, s.transport)
         phases["spawn"] = time.monotonic() - t
+        run = CandidateRun(problem, source or "", s, device, session, ref, phases)
         try:
-            v = self._run(session, problem, ref, source or "", s, device, phases)
+            v = self._run(run)
         except Stop as f:
             v = f.verdict
         finally:
@@ -191,102 +209,41 @@ class Evaluator:
             )
         return v
 
-    def _call(
-        self,
-        session: Session,
-        msg: dict[str, Any],
-        fds: list[int],
-        budget: float,
-        phase: str,
-        compiled: bool,
-    ) -> tuple[dict[str, Any], list[int]]:
-        try:
-            return session.request(msg, fds, time.monotonic() + budget)
-        except Deadline:
-            raise Stop(
-                Verdict(
-                    status=Status.TIMEOUT,
-                    phase=phase,
-                    compiled=compiled,
-                    message=f"{phase} took longer than its {budget:g} s budget",
-                )
-            ) from None
-        except PeerClosed:
-            ended = session.wait_exit(5.0)
-            if ended is None and not session.server.alive:  # not the candidate's doing
-                raise Stop(
-                    Verdict(
-                        status=Status.INTERNAL_ERROR,
-                        phase=phase,
-                        message="the evaluator's fork server died during this evaluation; "
-                        "the candidate was not judged",
-                    )
-                ) from None
-            status, why = describe_exit(ended)
-            raise Stop(
-                Verdict(
-                    status=Status(status),
-                    phase=phase,
-                    compiled=compiled,
-                    message=f"during {phase}: {why}",
-                )
-            ) from None
-        except ProtocolError as exc:
-            raise Stop(
-                Verdict(
-                    status=Status.REWARD_HACK,
-                    rule="protocol_violation",
-                    phase=phase,
-                    message=f"the worker's channel was tampered with: {exc}",
-                )
-            ) from None
-        finally:
-            for fd in fds:
-                os.close(fd)
-
-    def _load(
-        self,
-        session: Session,
-        ref: Reference,
-        source: str,
-        s: EvalSettings,
-        device: str,
-        phases: dict[str, float],
-        first: Case,
-    ) -> Verdict | list[str]:
-        """Import the candidate and build ModelNew in the worker: a failure verdict, or notes.
-        The shared device buffers (sized for the `first` case) are offered with the request."""
-        init_desc, init_fd = pack(ref.init_inputs)
+    def _load(self, run: CandidateRun, first: Case) -> Verdict | None:
+        """Import the candidate and build ModelNew in the worker: a failure verdict, or None (the
+        sandbox's notes join `run.notes`). The shared device buffers (sized for the `first`
+        case) are offered with the request."""
+        s, session = run.settings, run.session
+        init_desc, init_fd = pack(run.ref.init_inputs)
         shared, shared_fds = session.transport.offer(first)
         msg = {
             "op": "load",
-            "source": source,
+            "source": run.source,
             "init_inputs": init_desc,
             "init_seed": INIT_SEED,
-            "device": "cpu" if device == "cpu" else "cuda:0",
+            "device": "cpu" if run.device == "cpu" else "cuda:0",
             "backend": s.backend,
             "mode": s.mode,
             **shared,
         }
         t = time.monotonic()
-        reply, extra = self._call(
-            session, msg, [init_fd, *shared_fds], s.budgets.import_s, "import", False
-        )
+        reply, extra = run.call(msg, [init_fd, *shared_fds], s.budgets.import_s, "import")
         for fd in extra:  # the worker attaches nothing to this reply
             os.close(fd)
-        phases["import"] = time.monotonic() - t
+        run.phases["import"] = time.monotonic() - t
         if isinstance(reply.get("cuda_init_s"), (int, float)):
-            phases["cuda_init"] = float(reply["cuda_init_s"])
+            run.phases["cuda_init"] = float(reply["cuda_init_s"])
         if not reply.get("ok"):
-            return self._from_failure(reply, "import", False)
+            return failure_verdict(reply, "import", False)
         tr = session.transport
         tr.accept(reply)
         with self._lock:
             self.transport_stats["shared" if tr.active else f"memfd: {tr.reason}"] += 1
         sandbox = reply.get("sandbox") or {}
-        return [f"sandbox: {sandbox.get('user', 'unknown')}"] + [
+        run.notes += [f"sandbox: {sandbox.get('user', 'unknown')}"] + [
             f"sandbox warning: {w}" for w in sandbox.get("warnings", [])
         ]
+        return None
 
     def _plan(self, problem: Problem, source: str, s: EvalSettings) -> list[tuple[int, str]]:
         """Hidden seeds and input distributions of the trials, in an order varied per candidate."""
@@ -301,40 +258,41 @@ class Evaluator:
 
     def _check_trial(
         self,
+        run: CandidateRun,
         i: int,
         dist: str,
         reply: dict[str, Any],
         outputs: Any,
         expected: Any,
-        problem: Problem,
-        s: EvalSettings,
-        session: Session,
-        records: list[dict[str, Any]],
-        compiled: bool,
-        notes: list[str],
     ) -> Verdict | None:
         """The verdict a finished trial forces (hack, mismatch, mutation), or None to go on."""
+        s = run.settings
         phase = "compile" if i == 0 else "correctness"
         common = {
-            "compiled": compiled,
-            "audit": audit_record(records),
+            "compiled": run.compiled,
+            "audit": audit_record(run.records),
             "trials_total": s.correctness_trials,
             "trials_passed": i,
         }
-        hack = decide_audit(reply["audit"], reply.get("facts") or {}, s, session.unsolicited)
+        hack = decide_audit(reply["audit"], reply.get("facts") or {}, s, run.session.unsolicited)
         if hack:
             return Verdict(
                 status=Status.REWARD_HACK, rule=hack[0], message=hack[1], phase=phase, **common
             )
-        with judge_device(session.transport.device):
+        with judge_device(run.session.transport.device):
             status, mm, why = compare(
-                expected, outputs, s.tolerance, s.nan_policy, problem.atol, problem.rtol
+                expected, outputs, s.tolerance, s.nan_policy, run.problem.atol, run.problem.rtol
             )
         if status is not Status.CORRECT:
             mm.trial, mm.distribution = i, dist
             msg = f"trial {i + 1}/{s.correctness_trials} (inputs: {dist}): {why}"
             return Verdict(
-                status=status, mismatch=mm, message=msg, phase="correctness", notes=notes, **common
+                status=status,
+                mismatch=mm,
+                message=msg,
+                phase="correctness",
+                notes=run.notes,
+                **common,
             )
         mutated = (reply.get("facts") or {}).get("mutated") or []
         if mutated:
@@ -342,122 +300,60 @@ class Evaluator:
             return Verdict(status=Status.INPUT_MUTATED, message=msg, phase="correctness", **common)
         return None
 
-    def _run(
-        self,
-        session: Session,
-        problem: Problem,
-        ref: Reference,
-        source: str,
-        s: EvalSettings,
-        device: str,
-        phases: dict[str, float],
-    ) -> Verdict:
-        plan = self._plan(problem, source, s)
-        notes = self._load(session, ref, source, s, device, phases, self.refs.case(ref, *plan[0]))
-        if isinstance(notes, Verdict):
-            return notes
-        records: list[dict[str, Any]] = []
-        compiled = False
+    def _run(self, run: CandidateRun) -> Verdict:
+        s, session = run.settings, run.session
+        plan = self._plan(run.problem, run.source, s)
+        failed = self._load(run, self.refs.case(run.ref, *plan[0]))
+        if failed is not None:
+            return failed
         deadline = 0.0
         for i, (seed, dist) in enumerate(plan):
             phase = "compile" if i == 0 else "correctness"
             budget = s.budgets.compile_s if i == 0 else max(0.1, deadline - time.monotonic())
-            case = self.refs.case(ref, seed, dist)
+            case = self.refs.case(run.ref, seed, dist)
             carry, carry_fds = session.transport.send(case)
             msg = {"op": "run", **carry, **audit_switches(last_trial=i == len(plan) - 1)}
             t = time.monotonic()
-            reply, fds = self._call(session, msg, carry_fds, budget, phase, compiled)
-            phases[phase] = phases.get(phase, 0.0) + time.monotonic() - t
+            reply, fds = run.call(msg, carry_fds, budget, phase)
+            run.phases[phase] = run.phases.get(phase, 0.0) + time.monotonic() - t
             if i == 0:
                 deadline = time.monotonic() + s.budgets.correctness_s
             # compiled: a kernel launched; for the CUDA backend the extension built at import
             # and forward ran (its launches happen inside native code the recorder cannot see)
-            compiled = compiled or (reply.get("audit") or {}).get("launches_ok", 0) > 0
-            compiled = compiled or (s.backend == "cuda" and bool(reply.get("ok")))
+            run.compiled = run.compiled or (reply.get("audit") or {}).get("launches_ok", 0) > 0
+            run.compiled = run.compiled or (s.backend == "cuda" and bool(reply.get("ok")))
             if not reply.get("ok"):
                 for fd in fds:
                     os.close(fd)
-                v = self._from_failure(reply, phase, compiled)
+                v = failure_verdict(reply, phase, run.compiled)
                 v.trials_total, v.trials_passed = s.correctness_trials, i
                 return v
             t = time.monotonic()
-            outputs = self._outputs(session, reply, fds)
+            outputs = run.outputs(reply, fds)
             # the judge's own look at the shared input buffer joins the worker's report
             seen = session.transport.mutated(case, bool(carry.get("shared")))
             if seen:
                 reply["facts"] = merge_mutated(reply.get("facts"), seen)
-            records.append(reply["audit"])
-            stop = self._check_trial(
-                i,
-                dist,
-                reply,
-                outputs,
-                case.expected,
-                problem,
-                s,
-                session,
-                records,
-                compiled,
-                notes,
-            )
-            phases["check"] = phases.get("check", 0.0) + time.monotonic() - t
+            run.records.append(reply["audit"])
+            stop = self._check_trial(run, i, dist, reply, outputs, case.expected)
+            run.phases["check"] = run.phases.get("check", 0.0) + time.monotonic() - t
             if stop is not None:
-                if stop.status is Status.NUMERICAL_MISMATCH and device != "cpu":
-                    stop.message += tf32_hint(source, case.expected)
+                if stop.status is Status.NUMERICAL_MISMATCH and run.device != "cpu":
+                    stop.message += tf32_hint(run.source, case.expected)
                 return stop
         n = len(plan)
         v = Verdict(
             status=Status.CORRECT,
-            compiled=compiled,
+            compiled=run.compiled,
             trials_total=n,
             trials_passed=n,
-            audit=audit_record(records),
-            notes=notes,
+            audit=audit_record(run.records),
+            notes=run.notes,
             message="all correctness trials passed",
         )
-        if device != "cpu" and s.measure_performance:
-            time_candidate(self, session, problem, ref, s, device, v, phases, records)
+        if run.device != "cpu" and s.measure_performance:
+            time_candidate(self, run, v)
         return v
-
-    def _outputs(self, session: Session, reply: dict[str, Any], fds: list[int]) -> Any:
-        """The worker's outputs, copied once into the judge's memory on its device (where the
-        expected outputs live, so the comparison runs there)."""
-        try:
-            return session.transport.outputs(reply, fds)
-        except ProtocolError as exc:
-            raise Stop(
-                Verdict(
-                    status=Status.REWARD_HACK,
-                    rule="protocol_violation",
-                    message=f"malformed outputs from the worker: {exc}",
-                )
-            ) from None
-
-    @staticmethod
-    def _from_failure(reply: dict[str, Any], phase: str, compiled: bool) -> Verdict:
-        try:
-            status = Status(reply.get("status", "internal_error"))
-        except ValueError:
-            status = Status.REWARD_HACK
-        violations = (reply.get("audit") or {}).get("violations") or []
-        if violations:  # a blocked action raised: the violation, not the exception, is the verdict
-            rule = violations[0].split(":", 1)[0]
-            return Verdict(
-                status=Status.REWARD_HACK,
-                rule=rule,
-                phase=phase,
-                compiled=compiled,
-                message=f"blocked: {violations[0]}",
-            )
-        if status is Status.CORRECT:
-            status = Status.REWARD_HACK
-        msg = str(reply.get("message", ""))[:8000]
-        return Verdict(
-            status=status,
-            phase=reply.get("phase", phase) if status is not Status.COMPILE_ERROR else "compile",
-            compiled=compiled and status is not Status.COMPILE_ERROR,
-            message=msg,
-        )
 
 
 def merge_mutated(facts: Any, seen: list[int]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ thread pool so the event loop stays free, per-request deadlines, cancellation of
 whose clients went away), device state (busy, faults, quarantine after repeated judge errors
 confirmed by a probe with a known-good built-in solution, periodic re-probes) and graceful
 shutdown. Timing exclusivity per GPU is the judge's (Evaluator.timing_lock).
-Does not cover: HTTP (server.py), judging (judge.py), KernelBench shapes (compat.py).
+Does not cover: HTTP (server.py), judging (judge/evaluator.py), KernelBench shapes (compat.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.server import ServerConfig
-from tritonforge.evaluation.service_metrics import ServiceMetrics
-from tritonforge.evaluation.service_state import (
+from tritonforge.evaluation.service.metrics import ServiceMetrics
+from tritonforge.evaluation.service.state import (
     DeviceState,
     VerdictCache,
     discover_devices,
@@ -82,7 +82,7 @@ class EvalService:
         self.devices, self.device_type = discover_devices(cfg)
         self._owns_evaluator = evaluator is None
         if evaluator is None:
-            from tritonforge.evaluation.judge import Evaluator
+            from tritonforge.evaluation.judge.evaluator import Evaluator
 
             evaluator = Evaluator(cfg.eval)
         self.evaluator = evaluator

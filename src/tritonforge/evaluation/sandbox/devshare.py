@@ -6,7 +6,7 @@ and mapped by the worker from the descriptor it received over the socket (SCM_RI
 memfds). Both sides see the memory as a flat uint8 CUDA tensor. A descriptor is a plain fd, so it
 crosses PID namespaces and user changes, which the legacy CUDA IPC handles torch uses do not.
 
-Does not cover: what is stored in the buffers (protocol.py lays values out, judge.py decides when
+Does not cover: what is stored in the buffers (protocol.py lays values out, judge/evaluator.py decides when
 to use them) or fallback (callers use memfds when `DevShareError` is raised).
 
 Lifetime: the physical memory lives until every mapping and every exported fd is gone; the judge

@@ -2,9 +2,9 @@
 
 Covers: `time_candidate` (rounds that interleave the worker's timed calls with the reference's
 in the judge process, exclusive per GPU; statistics and speedups; a correctness re-check on fresh
-inputs after timing; the timing rules of decide.py) and `compiled_reference` (torch.compile
-baseline). Called by judge.Evaluator with itself as `ev`. Does not cover: the worker's timing
-loop (worker.py) or statistics (timing.py).
+inputs after timing; the timing rules of decide.py). Called by the Evaluator with itself as `ev`
+and the candidate's `CandidateRun`. Does not cover: the worker's timing loop (sandbox/worker.py),
+statistics (timing.py), the torch.compile baseline (Evaluator.compiled_reference).
 """
 
 from __future__ import annotations
@@ -15,36 +15,20 @@ from typing import Any
 
 import torch
 
-from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.compare import compare, output_bytes
-from tritonforge.evaluation.decide import changed_after_timing, decide_timing
-from tritonforge.evaluation.gpu_lock import judge_device
-from tritonforge.evaluation.protocol import unpack_buffer
-from tritonforge.evaluation.reference import Reference
-from tritonforge.evaluation.session import Session
-from tritonforge.evaluation.timing import ReferenceTimer, stats
-from tritonforge.types import Problem, Status, Verdict
+from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
+from tritonforge.evaluation.judge.compare import compare, output_bytes
+from tritonforge.evaluation.judge.decide import changed_after_timing, decide_timing
+from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.timing import stats
+from tritonforge.evaluation.sandbox.protocol import unpack_buffer
+from tritonforge.types import Status, Verdict
 
 
-class Stop(Exception):
-    """Stop evaluating with this verdict (raised anywhere inside one evaluation)."""
-
-    def __init__(self, verdict: Verdict):
-        super().__init__(verdict.status.value)
-        self.verdict = verdict
-
-
-def time_candidate(
-    ev: Any,
-    session: Session,
-    problem: Problem,
-    ref: Reference,
-    s: EvalSettings,
-    device: str,
-    v: Verdict,
-    phases: dict[str, float],
-    records: list[dict[str, Any]],
-) -> None:
+def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
+    """Time a correct candidate against the live reference and fill `v` (timings, speedups); a
+    timing rule or the post-timing re-check can still turn `v` into a reward hack. `ev` is the
+    Evaluator (its reference store, seeds, timing lock, reference timer and compiled baseline)."""
+    problem, ref, s, device, session = run.problem, run.ref, run.settings, run.device, run.session
     case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
     with judge_device(device):  # the reference's inputs: a device-to-device copy of the case
         dev_inputs = list(unpack_buffer(case.desc, case.packed, keep_strides=True))
@@ -53,26 +37,24 @@ def time_candidate(
     t = time.monotonic()
     deadline = t + s.budgets.timing_s
     with ev.timing_lock(device), torch.cuda.device(device):
-        timer = ev._timers.get(device) or ev._timers.setdefault(device, ReferenceTimer(device))
-        compiled_ref = compiled_reference(ev, problem, ref) if s.compile_baseline else None
+        timer = ev.reference_timer(device)
+        compiled_ref = ev.compiled_reference(problem, ref) if s.compile_baseline else None
         if compiled_ref is not None:  # compile outside the judge's device lock (seconds)
             with torch.no_grad():
                 compiled_ref(*dev_inputs)
         for r in range(s.perf_rounds):
             warm = s.perf_warmup if r == 0 else 1
             carry, carry_fds = session.transport.send(case)
-            reply, extra = ev._call(
-                session,
+            reply, extra = run.call(
                 {"op": "time", **carry, "warmup": warm, "trials": per_round},
                 carry_fds,
                 max(0.1, deadline - time.monotonic()),
                 "timing",
-                True,
             )
             for fd in extra:  # the worker attaches nothing to this reply
                 os.close(fd)
             if not reply.get("ok"):
-                raise Stop(ev._from_failure(reply, "timing", True))
+                raise Stop(failure_verdict(reply, "timing", True))
             cand += reply["times_ms"][1:] if r == 0 else reply["times_ms"]
             launches += reply["launches"]
             # no other judge thread puts work on the device while the reference is timed: its
@@ -84,7 +66,7 @@ def time_candidate(
                     comp += timer.time(compiled_ref, dev_inputs, warm, per_round)[
                         (1 if r == 0 else 0) :
                     ]
-    phases["timing"] = time.monotonic() - t
+    run.phases["timing"] = time.monotonic() - t
     v.runtime, v.ref_runtime = stats(cand, False), stats(base, False)
     v.speedup = v.ref_runtime.median_ms / v.runtime.median_ms if v.runtime.median_ms > 0 else None
     if comp:
@@ -93,19 +75,14 @@ def time_candidate(
     # The candidate may have changed state during timing: check it once more on fresh inputs.
     post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
     carry, carry_fds = session.transport.send(post)
-    reply, fds = ev._call(
-        session,
-        {"op": "run", **carry, "profile": False},
-        carry_fds,
-        s.budgets.correctness_s,
-        "correctness",
-        True,
+    reply, fds = run.call(
+        {"op": "run", **carry, "profile": False}, carry_fds, s.budgets.correctness_s, "correctness"
     )
     if not reply.get("ok"):
         for fd in fds:
             os.close(fd)
-        raise Stop(ev._from_failure(reply, "correctness", True))
-    outputs = ev._outputs(session, reply, fds)
+        raise Stop(failure_verdict(reply, "correctness", True))
+    outputs = run.outputs(reply, fds)
     with judge_device(device):
         status, mm, why = compare(
             post.expected, outputs, s.tolerance, s.nan_policy, problem.atol, problem.rtol
@@ -113,18 +90,10 @@ def time_candidate(
     nbytes = sum(
         x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
     ) + output_bytes(case.expected)
-    hack = decide_timing(v, launches, records, status is Status.CORRECT, problem, nbytes, s)
+    hack = decide_timing(v, launches, run.records, status is Status.CORRECT, problem, nbytes, s)
     if hack:
         v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
         v.correct = False
     elif status is not Status.CORRECT:
         v.status, v.mismatch, v.correct = Status.REWARD_HACK, mm, False
         v.rule, v.message = changed_after_timing(status, why)
-
-
-def compiled_reference(ev: Any, problem: Problem, ref: Reference) -> Any:
-    """torch.compile(reference), once per problem and device (the second baseline)."""
-    key = (problem.id, ref.device)
-    if key not in ev._compiled:
-        ev._compiled[key] = torch.compile(ref.model)
-    return ev._compiled[key]

@@ -3,7 +3,7 @@
 Covers: length-prefixed JSON messages over a Unix socket with file descriptors attached
 (SCM_RIGHTS); packing nested values (tensors, scalars, lists, tuples) into one sealed memfd and a
 JSON descriptor; unpacking them defensively (sizes, dtypes, counts all checked; nothing is ever
-unpickled). Does not cover: what the messages mean (see worker.py and judge.py).
+unpickled). Does not cover: what the messages mean (see sandbox/worker.py and judge/evaluator.py).
 
 The judge never trusts what comes back: descriptors are validated against the fd's real size and
 tensors are copied out of the mapping before use.

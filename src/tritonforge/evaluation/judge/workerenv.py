@@ -2,7 +2,7 @@
 
 Covers: `device_label`/`resolve_device`, `base_env` (no secrets; device pinned; set before torch
 is imported in the fork server), `worker_spec` (the SandboxSpec of one candidate) and
-`private_scratch` (the scratch dir of the rlimits-only mode). Does not cover: applying them (sandbox.py, forkserver.py).
+`private_scratch` (the scratch dir of the rlimits-only mode). Does not cover: applying them (sandbox/isolation.py, sandbox/zygote.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 import tritonforge
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.sandbox import NOBODY, SandboxSpec
+from tritonforge.evaluation.sandbox.isolation import NOBODY, SandboxSpec
 
 _KEEP_ENV = (
     "PATH",

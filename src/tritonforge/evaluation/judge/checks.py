@@ -16,8 +16,9 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tritonforge.evaluation.kernel_checks import name_chain as _chain
-from tritonforge.evaluation.kernel_checks import python_in_kernel
+from tritonforge.evaluation.judge.kernel_checks import name_chain as _chain
+from tritonforge.evaluation.judge.kernel_checks import python_in_kernel
+from tritonforge.evaluation.sandbox.forbidden import FORBIDDEN_MODULES
 from tritonforge.types import Status
 
 
@@ -36,47 +37,6 @@ class StaticResult:
     findings: list[Finding] | None = None
 
 
-FORBIDDEN_MODULES = {
-    "ctypes",
-    "cffi",
-    "subprocess",
-    "socket",
-    "ssl",
-    "multiprocessing",
-    "threading",
-    "_thread",
-    "concurrent",
-    "asyncio",
-    "signal",
-    "pty",
-    "urllib",
-    "http",
-    "requests",
-    "httpx",
-    "pickle",
-    "marshal",
-    "gc",
-    "inspect",
-    "importlib",
-    "builtins",
-    "sysconfig",
-    "shutil",
-    "tempfile",
-    "mmap",
-    "resource",
-    "fcntl",
-    "code",
-    "codeop",
-    "dis",
-    "types",
-    "weakref",
-    "atexit",
-    "tritonforge",
-    "posix",
-    "nt",
-    "_posixsubprocess",
-    "_socket",
-}
 INTROSPECTION_ATTRS = {
     "__globals__",
     "__closure__",

@@ -21,10 +21,15 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.devshare import TOKEN_BYTES, DevShareError, ExportedBuffer
-from tritonforge.evaluation.gpu_lock import judge_device
-from tritonforge.evaluation.protocol import ProtocolError, packed_size, unpack, unpack_buffer
-from tritonforge.evaluation.reference import Case
+from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.reference import Case
+from tritonforge.evaluation.sandbox.devshare import TOKEN_BYTES, DevShareError, ExportedBuffer
+from tritonforge.evaluation.sandbox.protocol import (
+    ProtocolError,
+    packed_size,
+    unpack,
+    unpack_buffer,
+)
 from tritonforge.logging_setup import get_logger
 
 log = get_logger("evaluation.transport")

@@ -7,7 +7,7 @@ Evaluations run in the service's thread pool, never in the event loop. Safety: b
 every endpoint but /health when a token is configured; body size limit (413); malformed JSON or
 missing fields get a 4xx with a message; a full queue gets 429 + Retry-After; draining or all
 devices quarantined gets 503 + Retry-After; a client that disconnects has its queued work dropped.
-Does not cover: scheduling, cache and quarantine (service.py), judging (judge.py).
+Does not cover: scheduling, cache and quarantine (service.py), judging (judge/evaluator.py).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.server import ServerConfig
-from tritonforge.evaluation.compat import KernelBenchRequest, to_kernel_exec_result
-from tritonforge.evaluation.service import EvalService, Job, QueueFull, Unavailable
+from tritonforge.evaluation.service.compat import KernelBenchRequest, to_kernel_exec_result
+from tritonforge.evaluation.service.service import EvalService, Job, QueueFull, Unavailable
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Verdict
 

@@ -6,7 +6,7 @@ attempts and total time, several servers behind one client with least-outstandin
 balancing, and skipping servers that failed recently (transport errors, 5xx, failed /health).
 Never raises for transport problems and never returns None: a non-transient failure or exhausted
 retries gives an `internal_error` verdict whose message says why.
-Does not cover: the server (server.py) or judging (judge.py).
+Does not cover: the server (server.py) or judging (judge/evaluator.py).
 """
 
 from __future__ import annotations
