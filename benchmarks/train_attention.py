@@ -106,6 +106,9 @@ def attention_phase(args, shape: str, device: torch.device) -> dict:
         if time.monotonic() > deadline:
             results[name] = {"status": "skipped_time"}
             continue
+        if name == "flex" and results.get("varlen", {}).get("ok"):
+            results[name] = {"status": "skipped", "why": "varlen works; flex only as fallback"}
+            continue
         res = tp.guarded(check, name, heads, kv, dim, device, compiled)
         if res.get("ok"):
             res.update(tp.guarded(speed, name, args, heads, kv, dim, device, compiled))

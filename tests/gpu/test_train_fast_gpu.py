@@ -72,13 +72,16 @@ def _loss_grads(policy, mb):
 
 
 @pytest.mark.parametrize(
-    "moe,lengths", [(False, [40, 97, 13, 64]), (False, [64, 64, 64]), (True, [40, 97, 13, 64])]
+    "moe,lengths,compiled",
+    [(False, [40, 97, 13, 64], True), (False, [64, 64, 64], True), (True, [40, 97, 13, 64], False)],
 )
-def test_packed_compiled_checkpointed_path_matches_padded_eager(moe, lengths):
+def test_packed_compiled_checkpointed_path_matches_padded_eager(moe, lengths, compiled):
+    """Varlen rows and uniform (dense SDPA) rows, compiled with inductor and one layer
+    checkpointed; the MoE model packed but eager (its compiled path: CPU tests, aot_eager)."""
     from train_helpers import VOCAB, tiny_lm
 
     from tritonforge.training.batching import TrainSequence, collate
-    from tritonforge.training.logprobs import compiled_ops
+    from tritonforge.training.logprobs import EAGER, compiled_ops
     from tritonforge.training.model import PolicyModel, accelerate_layers
     from tritonforge.training.packing import pack_micro_batch
 
@@ -90,9 +93,10 @@ def test_packed_compiled_checkpointed_path_matches_padded_eager(moe, lengths):
         seqs.append(TrainSequence(ids, mask, [float(i % 2) - 0.5] * (n + 1), None, 0, i))
     lm_ref, lm_fast = tiny_lm(moe).cuda(), tiny_lm(moe).cuda()
     ref = _loss_grads(PolicyModel(lm_ref, 32, torch.bfloat16), collate(seqs))
-    accelerate_layers(lm_fast, True, [1])
-    fast_policy = PolicyModel(lm_fast, 32, torch.bfloat16, packing=True, head_ops=compiled_ops())
-    fast_policy.layers_compiled = True
+    accelerate_layers(lm_fast, compiled, [1])
+    head = compiled_ops() if compiled else EAGER
+    fast_policy = PolicyModel(lm_fast, 32, torch.bfloat16, packing=True, head_ops=head)
+    fast_policy.layers_compiled = compiled
     fast = _loss_grads(fast_policy, pack_micro_batch(seqs, 0, 64))
     assert abs(fast[0] - ref[0]) < 1e-2 * abs(ref[0]) + 1e-3
     scored = collate(seqs).mask.cuda() > 0
