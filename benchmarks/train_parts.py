@@ -188,6 +188,15 @@ def guarded(fn: Callable[..., dict], *args: Any) -> dict:
         }
 
 
+def reset_dynamo() -> None:
+    """Forget compiled graphs and dynamic-shape decisions (and the counters)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+
+
 def dynamo_counters() -> dict[str, Any]:
     """Graphs compiled, recompiles and graph breaks so far (torch._dynamo counters)."""
     try:

@@ -19,7 +19,7 @@ def test_tiny_benchmark_runs_every_phase(tmp_path: Path) -> None:
     out = tmp_path / "train_step.json"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, str(REPO / "benchmarks" / "train_step.py"), "--tiny", "--profile",
-           "--steps", "2", "--out", str(out)]  # fmt: skip
+           "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(out.read_text())
