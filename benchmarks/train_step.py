@@ -302,8 +302,26 @@ def main(argv: list[str] | None = None) -> int:
         write(args, report)
         print(json.dumps({shape: fn.__name__, "left_s": round(args.deadline - time.monotonic())}),
               file=sys.stderr, flush=True)  # fmt: skip
-    print(json.dumps(report, indent=2, default=str))
+    print(summary(report), flush=True)
     return 0
+
+
+def summary(report: dict) -> str:
+    """A few lines with the numbers that matter (the JSON holds everything)."""
+    lines = [f"device {report['device_facts']}", f"attention {report['attention'].get('chosen')}"]
+    for name, r in report.get("attention", {}).get("backends", {}).items():
+        lines.append(f"  attn {name:12s} ok={r.get('ok')} ms={r.get('fwd_bwd_ms')} "
+                     f"tflops={r.get('tflops')} err={r.get('max_rel_error')} {r.get('error', '')[:160]}")  # fmt: skip
+    for shape, res in report["shapes"].items():
+        for name, r in res.get("results", {}).items():
+            keys = ("status", "step_s", "tokens_per_s", "mfu", "mfu_with_attention",
+                    "mfu_vs_matmul", "peak_mem_gib", "first_step_s")  # fmt: skip
+            vals = " ".join(f"{k}={r.get(k)}" for k in keys if k in r)
+            lines.append(f"{shape} {name:22s} {vals} {r.get('error', '')[:200]}")
+        for key in ("agreement", "verdict", "errors"):
+            if key in res:
+                lines.append(f"{shape} {key}: {json.dumps(res[key], default=str)[:600]}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
