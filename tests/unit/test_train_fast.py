@@ -171,6 +171,20 @@ def test_dummy_micro_batches_stand_for_no_sequence():
         assert logp.shape == mb.shape
 
 
+def test_cuda_only_attention_configured_on_cpu_falls_back_and_trains():
+    cfg = TrainerConfig.model_validate(
+        {
+            "batch": {
+                "attention": "varlen",
+                "attention_uniform": "sdpa_cudnn",
+                "micro_batch_tokens": 60,
+            }
+        }
+    )
+    m = RLTrainer(cfg, model=tiny_lm()).train_step(trajectories(4))
+    assert math.isfinite(m.loss) and m.grad_norm > 0
+
+
 def test_checkpoint_indices_spread_evenly():
     assert checkpoint_indices(28, None) == list(range(28))
     assert checkpoint_indices(28, 40) == list(range(28))

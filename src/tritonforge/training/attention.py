@@ -257,13 +257,25 @@ def resolve(
 ) -> str:
     """The packed attention for a row: `uniform` ("auto": sdpa) when all its sequences are
     equally long and `uniform` is not "same", else `ragged` ("auto": varlen on CUDA in half
-    precision when torch has it, loop otherwise)."""
+    precision when torch has it, loop otherwise). A named kernel that cannot run here (a CUDA
+    one on the CPU, varlen without torch's varlen_attn) falls back to the automatic choice,
+    with a warning the first time."""
+    half = dtype in (torch.bfloat16, torch.float16)
     if uniform_len and uniform != "same":
-        return "sdpa" if uniform == "auto" else uniform
-    if ragged == "auto":
-        half = dtype in (torch.bfloat16, torch.float16)
-        return "varlen" if half and available("varlen", device) else "loop"
-    return ragged
+        choice = "sdpa" if uniform == "auto" else uniform
+        fallback = "sdpa"
+    else:
+        fallback = "varlen" if half and available("varlen", device) else "loop"
+        choice = fallback if ragged == "auto" else ragged
+    if available(choice, device) and (half or choice != "varlen"):  # flash: half precision
+        return choice
+    if (choice, device.type) not in _WARNED:
+        _WARNED.add((choice, device.type))
+        log.warning("packed attention %s cannot run on %s here; using %s", choice, device, fallback)
+    return fallback
+
+
+_WARNED: set[tuple[str, str]] = set()
 
 
 def packing_kwargs(packed: Any, backend: str, compiled: bool = False) -> dict[str, Any]:
