@@ -39,3 +39,29 @@ def test_tiny_benchmark_runs_every_phase(tmp_path: Path) -> None:
     assert (tmp_path / "profile_tiny.txt").read_text().strip()
     assert tiny["verdict"]["best"] in expected
     assert report["shapes"]["tiny2"]["results"]["fast_try0"]["status"] == "ok"
+
+
+def test_failed_fast_path_is_retried_with_default_attention(monkeypatch) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import train_step as ts
+
+    def fake_trainer(args, shape, config, device, v, deadline, ctx):
+        if v["uniform"] != "auto":
+            raise RuntimeError("kernel refused these strides")
+        return {"status": "ok", "step_s": 1.0, "mfu_with_attention": 0.5}
+
+    monkeypatch.setattr(ts, "run_trainer", fake_trainer)
+    monkeypatch.setattr(ts, "run_naive", lambda *a: {"status": "ok", "step_s": 4.0})
+    monkeypatch.setattr(ts, "agreement", lambda *a: {"status": "ok", "pass": True})
+    args = ts.parse(["--tiny"])
+    report = {"device_facts": {}, "shapes": {},
+              "attention": {"chosen": {"uniform": "sdpa_cudnn", "ragged": "varlen"}}}  # fmt: skip
+    essential, _ = ts.first_shape_variants(args, report["attention"]["chosen"])
+    ts.run_variants(args, "tiny", "cpu", report, essential, True)
+    res = report["shapes"]["tiny"]
+    assert res["results"]["fast"]["status"] == "error"
+    assert "strides" in res["results"]["fast"]["error"]
+    assert res["results"]["fast_default_attention"]["status"] == "ok"
+    assert res["agreement"]["pass"] and report["attention"]["chosen"]["uniform"] == "auto"
+    assert res["verdict"]["best"] == "fast_default_attention"
+    assert res["verdict"]["speed_target_met"] and res["verdict"]["mfu_target_met"]
