@@ -28,7 +28,7 @@ def test_bf16_policy_logprobs_match_full_logits_on_cuda():
     mb = collate(seqs).to("cuda")
     policy = PolicyModel(lm, chunk_tokens=16, compute_dtype=torch.bfloat16)
     with torch.no_grad():
-        logp, _ = policy(mb.input_ids, mb.attention_mask, mb.targets)
+        logp, _ = policy(mb)
         with torch.autocast("cuda", torch.bfloat16):
             logits = lm(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
         ref = token_logprobs_from_logits(logits.float(), mb.targets)
