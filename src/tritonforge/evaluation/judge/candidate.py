@@ -47,10 +47,17 @@ class CandidateRun:
     waited_s: float = 0.0  # time the worker waited for a CPU, summed over requests
 
     def call(
-        self, msg: dict[str, Any], fds: list[int], budget: float, phase: str
+        self,
+        msg: dict[str, Any],
+        fds: list[int],
+        budget: float,
+        phase: str,
+        total: float | None = None,
     ) -> tuple[dict[str, Any], list[int]]:
         """One request to the worker within `budget` seconds of its own time (time it waited
-        for a CPU does not count: budget.py); the fds sent are closed here."""
+        for a CPU does not count: budget.py); the fds sent are closed here. `total` is the
+        phase's whole budget as configured (what a timeout message names) when `budget` is what
+        is left of it."""
         session, compiled = self.session, self.compiled
         clock = LoadAwareBudget(session.pid, budget, self.settings.budgets.load_stretch)
         try:
@@ -66,7 +73,7 @@ class CandidateRun:
                     status=Status.TIMEOUT,
                     phase=phase,
                     compiled=compiled,
-                    message=f"{phase} took longer than its {budget:g} s budget{waited}",
+                    message=f"{phase} took longer than its {total or budget:g} s budget{waited}",
                 )
             ) from None
         except Starved as exc:
@@ -89,7 +96,7 @@ class CandidateRun:
                         "the candidate was not judged",
                     )
                 ) from None
-            status, why = describe_exit(ended)
+            status, why = describe_exit(ended, session.stderr.text)
             raise Stop(
                 Verdict(
                     status=Status(status),
