@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonforge.config.eval import EvalSettings
+from tritonforge.evaluation.judge.budget import children
 from tritonforge.types import Problem
 
 if sys.version_info >= (3, 11):
@@ -89,16 +90,7 @@ def settings_for(case: dict[str, Any], mode: str = "strict", device: str = "cpu"
     return s
 
 
-def children_of(pid: int) -> list[int]:
-    """Direct children of `pid` (all threads), from /proc."""
-    out: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(c) for c in f.read().split())
-    except OSError:
-        pass
-    return out
+children_of = children  # direct children of a pid (all threads), from /proc
 
 
 def descendants(pid: int) -> list[int]:

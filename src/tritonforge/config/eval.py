@@ -30,11 +30,13 @@ class Budgets(Section):
     correctness_s: float = Field(300.0, gt=0, description="all remaining correctness trials")
     timing_s: float = Field(300.0, gt=0, description="warmup + timed trials")
     load_stretch: float = Field(
-        4.0,
+        10.0,
         ge=1.0,
         description="budgets count the worker's own time (not its wait for a CPU on a busy "
         "machine) up to this multiple of the budget in wall time; past it the evaluation is the "
-        "evaluator's fault: retried once, then judge_fault. 1 = plain wall-clock budgets",
+        "evaluator's fault: retried once, then judge_fault. 1 = plain wall-clock budgets. Only "
+        "time the worker spent waiting for a CPU stretches a budget: a sleeping or hung "
+        "candidate still times out at the budget itself",
     )
 
 

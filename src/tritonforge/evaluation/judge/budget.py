@@ -10,7 +10,7 @@ bounds every request: reaching it with own time left means the machine, not the 
 too slow: `Starved`, which the evaluator retries once and then reports as `judge_fault`.
 Where /proc has no schedstat the budget is plain wall time, as before.
 
-Covers: `tree_usage` (CPU and run-queue wait of a process tree) and `LoadAwareBudget`
+Covers: `children` and `tree_usage` (CPU and run-queue wait of a process tree) and `LoadAwareBudget`
 (deadline extension). Does not cover: sending requests (session.py), the retry (evaluator.py).
 """
 
@@ -41,7 +41,8 @@ class Starved(Exception):
         self.wall, self.waited, self.cpu = wall, waited, cpu
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """Direct children of `pid` (all its threads), from /proc."""
     out: list[int] = []
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
@@ -80,7 +81,7 @@ def tree_usage(root: int) -> Usage | None:
         if got is not None:
             found = True
             cpu, wait = cpu + got[0], max(wait, got[1])
-        stack.extend(_children(pid))
+        stack.extend(children(pid))
     return Usage(cpu, wait) if found else None
 
 

@@ -54,11 +54,7 @@ def compare(
     `scale_atol` False: plain torch.allclose semantics (the kernelbench/tritonforge presets)."""
     exp_items, got_items = _as_list(expected), _as_list(got)
     if len(exp_items) != len(got_items):
-        return (
-            Status.SHAPE_MISMATCH,
-            Mismatch(trial=0, distribution=""),
-            f"expected {len(exp_items)} outputs, got {len(got_items)}",
-        )
+        return _count_mismatch(exp_items, got_items)
     for idx, (e, g) in enumerate(zip(exp_items, got_items)):
         if isinstance(e, torch.Tensor) != isinstance(g, torch.Tensor):
             return (
@@ -84,6 +80,14 @@ def compare(
         if status is not Status.CORRECT:
             return status, mm, why
     return Status.CORRECT, None, ""
+
+
+def _count_mismatch(exp_items: list[Any], got_items: list[Any]):
+    return (
+        Status.SHAPE_MISMATCH,
+        Mismatch(trial=0, distribution=""),
+        f"expected {len(exp_items)} outputs, got {len(got_items)}",
+    )
 
 
 def _base(e: torch.Tensor, g: torch.Tensor, idx: int) -> Mismatch:
@@ -221,11 +225,7 @@ def compare_stats(
     statistic's scale; no more non-finite values than any run had."""
     exp_items, got_items = _as_list(expected), _as_list(got)
     if len(exp_items) != len(got_items):
-        return (
-            Status.SHAPE_MISMATCH,
-            Mismatch(trial=0, distribution=""),
-            f"expected {len(exp_items)} outputs, got {len(got_items)}",
-        )
+        return _count_mismatch(exp_items, got_items)
     for idx, (e, g) in enumerate(zip(exp_items, got_items)):
         if not (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)):
             return compare(e, g, tolerance_of)  # numbers: compared as usual
