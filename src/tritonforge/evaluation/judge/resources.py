@@ -1,0 +1,133 @@
+"""What the judge keeps per device: fork server, gate, memory budget and timing process.
+
+Covers: `DeviceResources` (one per device an Evaluator uses, made on first use): the fork server
+that forks its workers, the device's gate (device_gate.py), its trusted timing process
+(ref_timer.py) and its memory budget (admission.py), wired to what is resident on the device:
+the reference models and cases the judge keeps (reference.py), the timing process and its loaded
+references, and memory the judge's caching allocator holds unused (returned by `trim`). The
+budget is read from the Evaluator's settings: `device_memory_gib`, else `device_memory_fraction`
+of the device's memory (the CPU has none unless `device_memory_gib` is set).
+Does not cover: admission decisions per evaluation (evaluator.py), the timing schedule
+(gpu_timing.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+from tritonforge.config.eval import EvalSettings
+from tritonforge.evaluation.judge.admission import GIB, DeviceBudget
+from tritonforge.evaluation.judge.device_gate import DeviceGate, gate
+from tritonforge.evaluation.judge.forkserver import ForkServer
+from tritonforge.evaluation.judge.gpu_lock import device_lock
+from tritonforge.evaluation.judge.ref_timer import RefTimer
+from tritonforge.evaluation.judge.reference import ReferenceStore
+from tritonforge.evaluation.judge.workerenv import base_env, worker_spec
+
+NO_BUDGET = 1 << 62
+TIMER_SHARE = 8  # the timing process keeps loaded references up to 1/8 of the budget
+
+
+def capacity(settings: EvalSettings, device: str) -> int:
+    """The device's byte budget for everything the judge puts on it."""
+    if settings.device_memory_gib is not None:
+        return int(settings.device_memory_gib * GIB)
+    if device == "cpu":
+        return NO_BUDGET
+    total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    return int(total * settings.device_memory_fraction)
+
+
+class DeviceResources:
+    """One device's fork server, gate, budget and timing process."""
+
+    def __init__(self, device: str, settings: EvalSettings, refs: ReferenceStore):
+        self.device, self.settings, self.refs = device, settings, refs
+        self.gate: DeviceGate = gate(device)
+        self.server = ForkServer(base_env(device))
+        self._start = threading.Lock()
+        # a worker's context and library workspaces live in device memory (none on the CPU)
+        self.context_bytes = settings.worker_context_mb << 20 if device != "cpu" else 0
+        cap = capacity(settings, device)
+        self.timer = RefTimer(
+            device,
+            self.ensure_server,
+            lambda: worker_spec(settings, device, None),
+            self.context_bytes,
+            max_bytes=cap // TIMER_SHARE,
+        )
+        self.budget = DeviceBudget(device, cap, self.resident, self.pinned, self.trim)
+
+    def ensure_server(self) -> ForkServer:
+        with self._start:
+            self.server.ensure()
+        return self.server
+
+    # -- what is on the device besides the evaluations' reservations ----------------------------
+    def _allocator_slack(self) -> int:
+        """Memory the judge's caching allocator holds but does not use (invisible to workers)."""
+        if not self.device.startswith("cuda") or not torch.cuda.is_initialized():
+            return 0
+        d = torch.device(self.device)
+        return max(0, torch.cuda.memory_reserved(d) - torch.cuda.memory_allocated(d))
+
+    def pinned(self) -> int:
+        """Bytes that stay while the judge runs: its context, reference models, the timing
+        process itself."""
+        judge_context = self.context_bytes if self.device.startswith("cuda") else 0
+        return judge_context + self.refs.model_bytes(self.device) + self.timer.base_bytes()
+
+    def resident(self) -> int:
+        """Everything held now outside reservations: pinned bytes, cached cases, the timing
+        process's loaded references, the judge allocator's unused cache."""
+        return (
+            self.pinned()
+            + self.refs.case_bytes(self.device)
+            + self.timer.entry_bytes()
+            + self._allocator_slack()
+        )
+
+    def case_room(self) -> float:
+        """How far the judge's case cache may grow now (ReferenceStore.device_room)."""
+        busy = self.budget.reserved + self.pinned() + self.timer.entry_bytes()
+        return max(0, self.budget.capacity - busy)
+
+    def trim(self, target: int) -> None:
+        """Give memory back until resident <= `target`: cached cases first, then the timing
+        process's references, then the judge allocator's unused cache."""
+        over = self.resident() - target
+        if over > 0:
+            cases = self.refs.case_bytes(self.device)
+            self.refs.trim_device(self.device, max(0, cases - over))
+        over = self.resident() - target
+        if over > 0:
+            self.timer.trim(max(0, self.timer.entry_bytes() - over))
+        if self._allocator_slack() > 0 and self.resident() > target:
+            with device_lock(self.device):
+                torch.cuda.empty_cache()
+
+    def release_slack(self, threshold: int = GIB) -> None:
+        """After an evaluation: return the judge allocator's unused cache above `threshold`."""
+        if self._allocator_slack() > threshold:
+            with device_lock(self.device):
+                torch.cuda.empty_cache()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "capacity": self.budget.capacity,
+            "reserved": self.budget.reserved,
+            "peak_reserved": self.budget.peak_reserved,
+            "resident": self.resident(),
+            "granted": self.budget.granted,
+            "timings": self.gate.exclusive_count,
+            "timing_seconds": round(self.gate.exclusive_seconds, 3),
+            "timer_starts": self.timer.starts,
+            "timer_deaths": self.timer.deaths,
+        }
+
+    def close(self) -> None:
+        self.timer.close()
+        self.server.close()
