@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from tritonforge.evaluation.judge.reference import ReferenceStore
+from tritonforge.evaluation.judge.reference import Case, ReferenceStore
 from tritonforge.evaluation.sandbox.protocol import unpack
 from tritonforge.types import Problem
 
@@ -98,3 +98,20 @@ def test_reference_working_in_place_does_not_change_the_candidates_inputs() -> N
     (sent,) = unpack(case.desc, case.fd)
     assert torch.equal(sent, fresh)
     assert torch.allclose(case.expected, 2 * fresh + 1)
+
+
+def test_device_cases_make_their_memfd_on_first_use_only() -> None:
+    # On a GPU the packed device copy is what workers get; the host memfd (a device-to-host copy
+    # of every input: seconds for KernelBench's 6-GiB inputs) is made only when asked for.
+    # A CPU tensor stands in for the packed device buffer.
+    packed = torch.arange(256, dtype=torch.uint8)
+    desc = {"tree": {"t": "list", "v": []}, "tensors": [], "size": 256}
+    grown: list[int] = []
+    case = Case([], None, desc, -1, 256, 256, packed)
+    case.on_memfd = grown.append
+    assert case._fd == -1 and grown == []
+    fd = case.fd
+    assert fd >= 0 and case.fd == fd and grown == [256]  # made once, counted once
+    assert os.pread(fd, 256, 0) == bytes(range(256))
+    case.close()
+    assert case.fd == -1 and grown == [256]  # never made again after close

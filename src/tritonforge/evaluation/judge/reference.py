@@ -117,10 +117,10 @@ class Case:
     def fd(self) -> int:
         """The sealed memfd of the inputs (made now if it was not yet); -1 once closed."""
         if self._fd < 0 and not self._closed and self.packed is not None:
-            with self._lock:
+            # the device's gate before this case's lock (device_gate.py's lock order)
+            with judge_device(str(self.packed.device)), self._lock:
                 if self._fd < 0 and not self._closed:
-                    with judge_device(str(self.packed.device)):
-                        self._fd = sealed_memfd(self.packed)
+                    self._fd = sealed_memfd(self.packed)
                     if self.on_memfd is not None:
                         self.on_memfd(self.packed.numel())
         return self._fd

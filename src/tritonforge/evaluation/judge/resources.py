@@ -13,6 +13,7 @@ Does not cover: admission decisions per evaluation (evaluator.py), the timing sc
 
 from __future__ import annotations
 
+import shutil
 import threading
 from typing import Any
 
@@ -25,7 +26,7 @@ from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.gpu_lock import device_lock
 from tritonforge.evaluation.judge.ref_timer import RefTimer
 from tritonforge.evaluation.judge.reference import ReferenceStore
-from tritonforge.evaluation.judge.workerenv import base_env, worker_spec
+from tritonforge.evaluation.judge.workerenv import base_env, private_scratch, worker_spec
 
 NO_BUDGET = 1 << 62
 TIMER_SHARE = 8  # the timing process keeps loaded references up to 1/8 of the budget
@@ -52,14 +53,16 @@ class DeviceResources:
         # a worker's context and library workspaces live in device memory (none on the CPU)
         self.context_bytes = settings.worker_context_mb << 20 if device != "cpu" else 0
         cap = capacity(settings, device)
+        self._scratch: str | None = None  # the timing process's, in the rlimits-only sandbox
         self.timer = RefTimer(
-            device,
-            self.ensure_server,
-            lambda: worker_spec(settings, device, None),
-            self.context_bytes,
-            max_bytes=cap // TIMER_SHARE,
+            device, self.ensure_server, self._timer_spec, self.context_bytes, cap // TIMER_SHARE
         )
         self.budget = DeviceBudget(device, cap, self.resident, self.pinned, self.trim)
+
+    def _timer_spec(self) -> dict[str, Any]:
+        if self.settings.sandbox == "rlimits" and self._scratch is None:
+            self._scratch = private_scratch()
+        return worker_spec(self.settings, self.device, self._scratch)
 
     def ensure_server(self) -> ForkServer:
         with self._start:
@@ -131,3 +134,5 @@ class DeviceResources:
     def close(self) -> None:
         self.timer.close()
         self.server.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
