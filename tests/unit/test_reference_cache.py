@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 
 import torch
 
@@ -115,3 +116,19 @@ def test_device_cases_make_their_memfd_on_first_use_only() -> None:
     assert os.pread(fd, 256, 0) == bytes(range(256))
     case.close()
     assert case.fd == -1 and grown == [256]  # never made again after close
+
+
+def test_room_callback_that_reads_the_store_does_not_deadlock() -> None:
+    # Regression: the device bound was computed while the store's lock was held, and memory
+    # admission's room callback reads the store (model bytes): the first case on a GPU hung.
+    store = ReferenceStore()
+    store._device_limits["meta"] = 1 << 40
+    store.device_room = lambda device: (
+        (1 << 30) - store.model_bytes(device) - store.case_bytes(device)
+    )
+    ref = store.reference(Problem(id="t/relu", suite="t", name="relu", reference_src=SRC), "meta")
+    done: list[bool] = []
+    t = threading.Thread(target=lambda: done.append(store.case(ref, 1, "native") is not None))
+    t.start()
+    t.join(30)
+    assert done == [True], "building a case with a room callback deadlocked"

@@ -243,7 +243,11 @@ class Evaluator:
         spec = worker_spec(s, device, scratch)
         phases: dict[str, float] = {"admission_wait": waited} if waited > 0.001 else {}
         t = time.monotonic()
-        session = Session(self.server(device), spec, s.limits.output_bytes)
+        server = self.server(device)  # started on first use: not a worker's spawn
+        if time.monotonic() - t > 0.01:
+            phases["fork_server_start"] = time.monotonic() - t
+        t = time.monotonic()
+        session = Session(server, spec, s.limits.output_bytes)
         session.transport = Transport(device, s.transport)
         phases["spawn"] = time.monotonic() - t
         run = CandidateRun(problem, source, s, device, session, ref, phases)

@@ -93,7 +93,7 @@ def _timed_rounds(res: Any, run: CandidateRun, case: Case, deadline: float) -> R
                 budget = max(0.1, deadline - time.monotonic())
                 if side == "cand":
                     reply = _candidate_round(run, case, warm, per_round, budget)
-                    out.launches += reply["launches"][skip:]
+                    out.launches += [int(x) for x in _floats(reply.get("launches"))][skip:]
                 else:
                     reply = timer.time(
                         key, side == "comp", case, warm, per_round, s.timing_clock, budget

@@ -83,7 +83,8 @@ class RefTimer:
         return self.context_bytes + L2_FLUSH_BYTES
 
     def entry_bytes(self) -> int:
-        return sum(self.entries.values())
+        """Device bytes of the loaded references (read without the lock: admission polls it)."""
+        return sum(list(self.entries.values()))
 
     @property
     def pid(self) -> int | None:

@@ -266,6 +266,7 @@ class ReferenceStore:
                     f"reference {ref.problem.id} failed on its own inputs: {type(exc).__name__}: {exc}"
                 ) from exc
         case.on_memfd = self._grow
+        bound = self._device_bound(ref.device)  # outside the lock: device_room reads this store
         with self._lock:
             if key in self._cases:
                 case.close()
@@ -275,7 +276,7 @@ class ReferenceStore:
             self._device_bytes[ref.device] = (
                 self._device_bytes.get(ref.device, 0) + case.device_bytes
             )
-            self._evict(ref.device)
+            self._evict(ref.device, bound)
         return case
 
     def _build(self, ref: Reference, seed: int, dist: str) -> Case:
@@ -310,10 +311,10 @@ class ReferenceStore:
         with self._lock:
             self._bytes += host_bytes
 
-    def _evict(self, device: str) -> None:
+    def _evict(self, device: str, device_bound: float) -> None:
         """Drop least recently used cases while over a bound (caller holds the lock)."""
         while len(self._cases) > 1 and (
-            self._bytes > self.max_bytes or self._device_bytes[device] > self._device_bound(device)
+            self._bytes > self.max_bytes or self._device_bytes[device] > device_bound
         ):
             self._drop_oldest()
 
@@ -330,7 +331,7 @@ class ReferenceStore:
 
     def _device_bound(self, device: str) -> float:
         """Cases kept on a GPU: at most a quarter of its memory (candidates need it), and no
-        more than memory admission has room for."""
+        more than memory admission has room for. Call without holding the lock."""
         if device == "cpu":
             return float("inf")
         if device not in self._device_limits:

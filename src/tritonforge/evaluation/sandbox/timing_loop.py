@@ -94,7 +94,7 @@ def run_trials(
 ) -> tuple[list[float], list[float], str]:
     """(times in ms under the clock actually used, host ms, that clock's name). `around` is
     called before and after each timed call (the worker counts launches there)."""
-    events = clock == "cuda_events" and torch.cuda.is_available() and torch.cuda.is_initialized()
+    events = clock == "cuda_events" and torch.cuda.is_initialized()
     overhead = host_overhead_ms(sync) if events else 0.0
     times, hosts = [], []
     with torch.no_grad():
