@@ -27,12 +27,7 @@ from collections import Counter
 from typing import Any
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge.admission import (
-    DoesNotFit,
-    JudgeOutOfMemory,
-    case_build_bytes,
-    evaluation_bytes,
-)
+from tritonforge.evaluation.judge.admission import DoesNotFit, JudgeOutOfMemory
 from tritonforge.evaluation.judge.candidate import (
     CandidateRun,
     Stop,
@@ -72,6 +67,10 @@ from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 
 log = get_logger("evaluation.judge")
+CPU_UNTIMED = (
+    "timing not measured: the CPU Triton interpreter checks correctness only; speedup is null"
+)
+CPU_TIMED = "timed on the CPU interpreter (time_on_cpu): says nothing about GPU speed"
 
 
 class Evaluator:
@@ -106,6 +105,11 @@ class Evaluator:
 
     def server(self, device: str) -> ForkServer:
         return self.resources(device).ensure_server()
+
+    def started(self) -> dict[str, DeviceResources]:
+        """The devices used so far and their resources (fork server, timing process, ...)."""
+        with self._lock:
+            return dict(self._devices)
 
     def _case_room(self, device: str) -> float:
         with self._lock:
@@ -216,12 +220,7 @@ class Evaluator:
         res = self.resources(device)
         plan = self._plan(problem, source or "", s)
         try:
-            if ref.footprint is None:  # the first case measures it; admitted on an estimate
-                with res.budget.reserve(case_build_bytes(meta_footprint(ref)), alone=alone):
-                    self.refs.case(ref, *plan[0])
-            assert ref.footprint is not None
-            need = evaluation_bytes(ref.footprint, res.context_bytes)
-            with res.budget.reserve(need, alone=alone) as waited:
+            with res.admitted(ref, lambda: self.refs.case(ref, *plan[0]), alone) as waited:
                 return self._admitted(problem, source or "", s, device, ref, plan, waited)
         except DoesNotFit as exc:
             fp = ref.footprint or meta_footprint(ref)
@@ -232,8 +231,6 @@ class Evaluator:
                 message=f"the problem does not fit this device: {exc} (per evaluation: "
                 f"{fp.describe()}, plus worker and judge copies)",
             ), False
-        finally:
-            res.release_slack()
 
     def _admitted(
         self, problem: Problem, source: str, s: EvalSettings, device: str, ref, plan, waited: float
@@ -265,14 +262,8 @@ class Evaluator:
         v.stdout_tail = session.stdout.text()
         v.stderr_tail = session.stderr.text()
         v.phase_seconds = {k: round(x, 4) for k, x in phases.items()}
-        if device == "cpu" and not (s.time_on_cpu and v.runtime is not None):
-            v.notes.append(
-                "timing not measured: the CPU Triton interpreter checks correctness only; speedup is null"
-            )
-        elif device == "cpu":
-            v.notes.append(
-                "timed on the CPU interpreter (time_on_cpu): says nothing about GPU speed"
-            )
+        if device == "cpu":
+            v.notes.append(CPU_TIMED if s.time_on_cpu and v.runtime is not None else CPU_UNTIMED)
         return v, run.device_oom and v.status is Status.OUT_OF_RESOURCES
 
     def _load(self, run: CandidateRun, first: Case) -> Verdict | None:

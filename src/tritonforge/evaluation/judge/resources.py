@@ -1,6 +1,7 @@
 """What the judge keeps per device: fork server, gate, memory budget and timing process.
 
-Covers: `DeviceResources` (one per device an Evaluator uses, made on first use): the fork server
+Covers: `DeviceResources` (one per device an Evaluator uses, made on first use; `admitted`
+reserves one evaluation's bytes): the fork server
 that forks its workers, the device's gate (device_gate.py), its trusted timing process
 (ref_timer.py) and its memory budget (admission.py), wired to what is resident on the device:
 the reference models and cases the judge keeps (reference.py), the timing process and its loaded
@@ -15,17 +16,24 @@ from __future__ import annotations
 
 import shutil
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge.admission import GIB, DeviceBudget
+from tritonforge.evaluation.judge.admission import (
+    GIB,
+    DeviceBudget,
+    case_build_bytes,
+    evaluation_bytes,
+)
 from tritonforge.evaluation.judge.device_gate import DeviceGate, gate
 from tritonforge.evaluation.judge.forkserver import ForkServer
-from tritonforge.evaluation.judge.gpu_lock import device_lock
+from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.ref_timer import RefTimer
-from tritonforge.evaluation.judge.reference import ReferenceStore
+from tritonforge.evaluation.judge.reference import Reference, ReferenceStore, meta_footprint
 from tritonforge.evaluation.judge.workerenv import base_env, private_scratch, worker_spec
 
 NO_BUDGET = 1 << 62
@@ -69,6 +77,24 @@ class DeviceResources:
             self.server.ensure()
         return self.server
 
+    @contextmanager
+    def admitted(
+        self, ref: Reference, first_case: Callable[[], Any], alone: bool
+    ) -> Iterator[float]:
+        """Hold one evaluation's device bytes; yields the seconds waited. A problem seen for
+        the first time has its first case built (`first_case`) under a reservation estimated on
+        the meta device, which measures its footprint. Raises admission.DoesNotFit."""
+        if ref.footprint is None:
+            with self.budget.reserve(case_build_bytes(meta_footprint(ref)), alone=alone):
+                first_case()
+        assert ref.footprint is not None  # measured by the first case
+        try:
+            need = evaluation_bytes(ref.footprint, self.context_bytes)
+            with self.budget.reserve(need, alone=alone) as waited:
+                yield waited
+        finally:
+            self.release_slack()
+
     # -- what is on the device besides the evaluations' reservations ----------------------------
     def _allocator_slack(self) -> int:
         """Memory the judge's caching allocator holds but does not use (invisible to workers)."""
@@ -109,14 +135,19 @@ class DeviceResources:
         if over > 0:
             self.timer.trim(max(0, self.timer.entry_bytes() - over))
         if self._allocator_slack() > 0 and self.resident() > target:
-            with device_lock(self.device):
+            with judge_device(self.device):  # not during a timing
                 torch.cuda.empty_cache()
 
     def release_slack(self, threshold: int = GIB) -> None:
         """After an evaluation: return the judge allocator's unused cache above `threshold`."""
         if self._allocator_slack() > threshold:
-            with device_lock(self.device):
+            with judge_device(self.device):
                 torch.cuda.empty_cache()
+
+    def own_pids(self) -> frozenset[int]:
+        """Long-lived processes of the judge under the fork server (the timing process)."""
+        pid = self.timer.pid
+        return frozenset() if pid is None else frozenset({pid})
 
     def stats(self) -> dict[str, Any]:
         return {
