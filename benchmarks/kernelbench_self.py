@@ -111,7 +111,7 @@ def main() -> int:
     ap.add_argument("--size", default="original", help="original | scaled")
     ap.add_argument("--workers", type=int, default=ServerConfig().workers)
     ap.add_argument("--timeout", type=float, default=120.0, help="budget of each phase (s)")
-    ap.add_argument("--time-box", type=float, default=540.0, help="start nothing after (s)")
+    ap.add_argument("--time-box", type=float, default=510.0, help="start nothing after (s)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--quick", action="store_true", help="CPU check: scaled, 2 per level, untimed")

@@ -1,8 +1,8 @@
 """Benchmark: are speedups reproducible under load? The calibration of fair timing.
 
 Sections (each resumable row by row in --out; a time-boxed call keeps what it finished):
-- `repeat` (at the service's default concurrency, then at --workers 1): the built-in suite's
-  Triton solutions (real Triton kernels; scripts/export_suite.py writes the same files) at the
+- `repeat` (at the service's default concurrency; `repeat_w1` at one worker, fewer kernels by
+  default): the built-in suite's Triton solutions (real Triton kernels; scripts/export_suite.py writes the same files) at the
   gpu preset, each judged twice with both judgements in flight together; figure: the median
   (and max) over kernels of |log(speedup_1 / speedup_2)|, goal <= 0.03;
 - `self` (same two concurrencies): KernelBench references at original sizes judged against
@@ -50,7 +50,7 @@ def jobs_for(section: str, args: argparse.Namespace) -> list[tuple[str, Problem,
     if base == "repeat":
         size = "cpu" if args.device == "cpu" else "gpu"
         problems = [p for p in load_suite("builtin", size=size) if p.solution_src]
-        problems = problems[: args.repeat_kernels]
+        problems = problems[: args.repeat_kernels if tag == "wc" else args.repeat_kernels_w1]
         return [
             (f"repeat:{tag}:{p.id}:{k}", p, p.solution_src or "") for p in problems for k in (1, 2)
         ]
@@ -165,16 +165,18 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=ServerConfig().workers)
     ap.add_argument("--repeat-kernels", type=int, default=20)
     ap.add_argument("--self-refs", type=int, default=50)
-    ap.add_argument("--self-refs-w1", type=int, default=24)
+    ap.add_argument("--repeat-kernels-w1", type=int, default=10)
+    ap.add_argument("--self-refs-w1", type=int, default=20)
     ap.add_argument("--service-n", type=int, default=24)
     ap.add_argument("--sections", default=",".join(SECTIONS))
-    ap.add_argument("--time-box", type=float, default=540.0)
+    ap.add_argument("--time-box", type=float, default=510.0, help="start nothing after (s)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--quick", action="store_true", help="CPU check: few, small, no service")
     args = ap.parse_args()
     if args.quick:
         args.device, args.size, args.concurrency = "cpu", "scaled", 2
         args.repeat_kernels, args.self_refs, args.self_refs_w1 = 2, 2, 1
+        args.repeat_kernels_w1 = 2
         args.sections = args.sections.replace("service", "").replace(",,", ",")
     sections = [x for x in args.sections.split(",") if x]
     header = {"benchmark": "timing_consistency", "device": args.device,

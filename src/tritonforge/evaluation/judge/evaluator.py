@@ -26,6 +26,8 @@ import time
 from collections import Counter
 from typing import Any
 
+import torch
+
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.admission import DoesNotFit, JudgeOutOfMemory
 from tritonforge.evaluation.judge.candidate import (
@@ -128,6 +130,8 @@ class Evaluator:
         for res in devices:
             res.close()
         self.refs.clear()
+        if torch.cuda.is_initialized():  # what the cases held goes back to the device
+            torch.cuda.empty_cache()
 
     def __enter__(self) -> Evaluator:
         return self
