@@ -132,3 +132,33 @@ def test_room_callback_that_reads_the_store_does_not_deadlock() -> None:
     t.start()
     t.join(30)
     assert done == [True], "building a case with a room callback deadlocked"
+
+
+WEIGHTED = SRC.replace(
+    "class Model(nn.Module):\n    def forward(self, x):",
+    "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.w = nn.Parameter(torch.ones(1024))\n\n    def forward(self, x):",
+)
+
+
+def test_free_device_drops_cases_then_models_least_recent_first() -> None:
+    # Reference models no longer stay on the device forever (KernelBench L1+L2 hold 21 GiB of
+    # weights): memory admission frees them like cached cases; a model built again keeps the
+    # footprint measured before. The meta device stands in for a GPU.
+    assert "nn.Parameter" in WEIGHTED
+    store = ReferenceStore()
+    store._device_limits["meta"] = 1 << 40
+    a = store.reference(Problem(id="t/a", suite="t", name="a", reference_src=WEIGHTED), "meta")
+    b = store.reference(Problem(id="t/b", suite="t", name="b", reference_src=WEIGHTED), "meta")
+    store.case(a, 1, "native")
+    assert a.footprint is not None and a.footprint.weights == 4096
+    assert store.model_bytes("meta") == 8192 and store.case_bytes("meta") > 0
+    store.reference(a.problem, "meta")  # a is now the most recently used
+    store.free_device("meta", store.case_bytes("meta") + 1)  # the case, then b's model
+    assert store.case_bytes("meta") == 0 and store.model_bytes("meta") == 4096
+    again = store.reference(b.problem, "meta")
+    assert again is not b and again.footprint is None  # b never had a case built
+    store.free_device("meta", 1 << 30)
+    assert store.model_bytes("meta") == 0
+    rebuilt = store.reference(a.problem, "meta")
+    assert rebuilt is not a and rebuilt.footprint == a.footprint

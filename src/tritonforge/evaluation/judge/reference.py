@@ -8,7 +8,8 @@ read-only (on a GPU the inputs are packed into device memory, which is what shar
 buffers are filled from, and the memfd is made on first use only). Also each problem's device
 `Footprint` (inputs, outputs, the reference's workspace: peak allocated while it ran, measured
 when its first case is built; weights), a size estimate before that (`meta_footprint`), the
-device bytes the cache holds per device and trimming them for memory admission. The judge's own
+device bytes the cache holds per device (cases and reference models) and freeing them, least
+recently used first, for memory admission. The judge's own
 out-of-memory errors are raised as `JudgeOutOfMemory`, never as a broken reference.
 Does not cover: candidate code (never imported here), comparison (compare.py), admission
 (admission.py).
@@ -209,7 +210,8 @@ class ReferenceStore:
     def __init__(self, max_bytes: int = 4 << 30):
         exact_fp32()
         self.max_bytes = max_bytes
-        self._refs: dict[tuple[str, str, str], Reference] = {}
+        self._refs: OrderedDict[tuple[str, str, str], Reference] = OrderedDict()  # LRU first
+        self._footprints: dict[tuple[str, str, str], Footprint] = {}  # outlive evicted models
         self._cases: OrderedDict[tuple, Case] = OrderedDict()
         self._bytes = 0
         self._device_bytes: dict[str, int] = {}
@@ -225,6 +227,8 @@ class ReferenceStore:
         key = (problem.id, self._src_key(problem), device)
         with self._lock:
             ref = self._refs.get(key)
+            if ref is not None:
+                self._refs.move_to_end(key)
         if ref is not None:
             return ref
         module = load_module(problem.reference_src, problem.id)
@@ -245,6 +249,7 @@ class ReferenceStore:
             ) from exc
         ref = Reference(problem, device, module, model, init_inputs, weights=model_bytes(model))
         with self._lock:
+            ref.footprint = self._footprints.get(key)
             return self._refs.setdefault(key, ref)
 
     def case(self, ref: Reference, seed: int, dist: str) -> Case:
@@ -295,6 +300,10 @@ class ReferenceStore:
                 peak = torch.cuda.max_memory_allocated(ref.device) - base
                 work = max(0, peak - in_bytes - out_bytes)
             ref.footprint = Footprint(in_bytes, out_bytes, work, ref.weights, measured=cuda)
+            with self._lock:
+                self._footprints[(ref.problem.id, self._src_key(ref.problem), ref.device)] = (
+                    ref.footprint
+                )
         if ref.device == "cpu":
             desc, fd = pack(inputs)
             return Case(inputs, expected, desc, fd, desc["size"] + out_bytes)
@@ -350,16 +359,28 @@ class ReferenceStore:
         with self._lock:
             return self._device_bytes.get(device, 0)
 
-    def trim_device(self, device: str, target: int) -> None:
-        """Forget cases of `device` (least recently used first) until they hold <= `target`."""
+    def free_device(self, device: str, nbytes: int) -> None:
+        """Forget at least `nbytes` of `device` memory if possible: cached cases first, then
+        reference models, least recently used first (an evaluation still holding one keeps it
+        alive until it is done; a forgotten model is built again on its next use, its measured
+        footprint kept)."""
         with self._lock:
-            while self._device_bytes.get(device, 0) > target and self._drop_oldest(device):
-                pass
+            freed = 0
+            while freed < nbytes:
+                before = self._device_bytes.get(device, 0)
+                if not self._drop_oldest(device):
+                    break
+                freed += before - self._device_bytes.get(device, 0)
+            for key in [k for k in self._refs if k[2] == device]:
+                if freed >= nbytes:
+                    break
+                freed += self._refs.pop(key).weights
 
     def clear(self) -> None:
         with self._lock:
             self._cases.clear()  # memfds close as the cases are collected
             self._refs.clear()
+            self._footprints.clear()
             self._bytes = 0
             self._device_bytes.clear()
 

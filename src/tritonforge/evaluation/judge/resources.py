@@ -104,16 +104,16 @@ class DeviceResources:
         return max(0, torch.cuda.memory_reserved(d) - torch.cuda.memory_allocated(d))
 
     def pinned(self) -> int:
-        """Bytes that stay while the judge runs: its context, reference models, the timing
-        process itself."""
+        """Bytes that stay while the judge runs: its context and the timing process itself."""
         judge_context = self.context_bytes if self.device.startswith("cuda") else 0
-        return judge_context + self.refs.model_bytes(self.device) + self.timer.base_bytes()
+        return judge_context + self.timer.base_bytes()
 
     def resident(self) -> int:
-        """Everything held now outside reservations: pinned bytes, cached cases, the timing
-        process's loaded references, the judge allocator's unused cache."""
+        """Everything held now outside reservations: pinned bytes, reference models and cached
+        cases, the timing process's loaded references, the judge allocator's unused cache."""
         return (
             self.pinned()
+            + self.refs.model_bytes(self.device)
             + self.refs.case_bytes(self.device)
             + self.timer.entry_bytes()
             + self._allocator_slack()
@@ -122,15 +122,14 @@ class DeviceResources:
     def case_room(self) -> float:
         """How far the judge's case cache may grow now (ReferenceStore.device_room)."""
         busy = self.budget.reserved + self.pinned() + self.timer.entry_bytes()
-        return max(0, self.budget.capacity - busy)
+        return max(0, self.budget.capacity - busy - self.refs.model_bytes(self.device))
 
     def trim(self, target: int) -> None:
-        """Give memory back until resident <= `target`: cached cases first, then the timing
-        process's references, then the judge allocator's unused cache."""
+        """Give memory back until resident <= `target`: the judge's cached cases and reference
+        models first, then the timing process's references, then the allocator's unused cache."""
         over = self.resident() - target
         if over > 0:
-            cases = self.refs.case_bytes(self.device)
-            self.refs.trim_device(self.device, max(0, cases - over))
+            self.refs.free_device(self.device, over)
         over = self.resident() - target
         if over > 0:
             self.timer.trim(max(0, self.timer.entry_bytes() - over))
