@@ -5,7 +5,8 @@ numbers mean nothing here): no worker request of any candidate overlaps a timing
 the device gate's listener), both sides timed by the same code with an interval in the verdict;
 nothing is lost when the timing process dies (restarted, the candidate timed again; a second
 death is `judge_fault`); a device out-of-memory error in the candidate's code is
-`out_of_resources` with the figure (judged again alone), never `crash` (in the worker's own code
+`out_of_resources` with the figure (judged again alone if others held memory meanwhile), never
+`crash` (in the worker's own code
 outside the candidate's call: tests/unit/test_oom_classify.py);
 the judge's own out-of-memory error is retried alone and then reported as the judge's fault;
 memory admission serialises what does not fit together and refuses what cannot fit alone.
@@ -146,13 +147,34 @@ def test_nothing_is_lost_when_the_timing_process_dies(deaths: int) -> None:
         assert v.reward == 0.0
 
 
+SLOW_RELU = """
+import time
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        time.sleep(0.5)
+        return torch.relu(x)
+"""
+
+
 def test_worker_oom_is_out_of_resources_with_the_figure(builtin) -> None:
+    p = builtin["relu"]
     with Evaluator(_settings(mode="hybrid", time_on_cpu=False)) as ev:
-        v = ev.evaluate(builtin["relu"], OOM_IN_FORWARD)
+        alone = ev.evaluate(p, OOM_IN_FORWARD)
+        assert ev.retries["worker_oom"] == 0  # nothing else held memory: the candidate's own
+        with ThreadPoolExecutor(2) as pool:
+            busy = pool.submit(ev.evaluate, p, SLOW_RELU)
+            time.sleep(0.5)  # the slow one holds its reservation while the OOM happens
+            crowded = pool.submit(ev.evaluate, p, OOM_IN_FORWARD).result()
+            assert busy.result().status is Status.CORRECT
         assert ev.retries["worker_oom"] == 1  # judged again alone before the verdict stood
-    assert v.status is Status.OUT_OF_RESOURCES, (v.status, v.message)
-    assert "tried to allocate 3.00 GiB" in v.message
-    assert any("judged again alone" in n for n in v.notes)
+    for v in (alone, crowded):
+        assert v.status is Status.OUT_OF_RESOURCES, (v.status, v.message)
+        assert "tried to allocate 3.00 GiB" in v.message
+    assert any("judged again alone" in n for n in crowded.notes)
+    assert not any("judged again alone" in n for n in alone.notes)
 
 
 def _oom(*args, **kwargs):

@@ -153,3 +153,14 @@ def test_estimates_grow_with_the_problem() -> None:
     assert 90 * GIB < evaluation_bytes(big, ctx) < 0.9 * 140 * GIB
     assert case_build_bytes(big) >= 3 * big.inputs
     assert "inputs 6.00 GiB" in big.describe()
+
+
+def test_a_grant_knows_whether_it_shared_the_device() -> None:
+    budget = DeviceBudget("test", 100, poll_s=0.01)
+    with budget.reserve(10) as first:
+        assert not first.crowded
+        with budget.reserve(10) as second:
+            assert first.crowded and second.crowded
+        assert first.crowded  # it did share the device, even if alone again now
+    with budget.reserve(10) as later:
+        assert not later.crowded and later.waited >= 0

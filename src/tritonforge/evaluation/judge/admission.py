@@ -7,7 +7,8 @@ output copies and workspace, plus the judge's shared buffers, output copy and co
 temporaries, plus the problem's entry in the timing process), and `DeviceBudget` (reservations
 granted first come, first served while resident caches + reservations fit the capacity; caches
 are trimmed to make room; `alone=True` waits until nothing else is reserved and keeps everything
-else out, for retries after an out-of-memory error). A request larger than the capacity less
+else out, for retries after an out-of-memory error; a `Grant` says whether another reservation
+was held meanwhile). A request larger than the capacity less
 what cannot be evicted raises `DoesNotFit` with the figures (a `resource_limit` verdict).
 Does not cover: measuring footprints (reference.py), who calls it (evaluator.py), the service
 queue (service/service.py).
@@ -97,6 +98,20 @@ class DoesNotFit(Exception):
         )
 
 
+@dataclass
+class Grant:
+    """A reservation being held: how long it waited, and whether it shared the device."""
+
+    waited: float
+    ticket: int
+    budget: DeviceBudget
+
+    @property
+    def crowded(self) -> bool:
+        """Another evaluation held a reservation on the device at some time during this one."""
+        return self.budget.crowded(self.ticket)
+
+
 class DeviceBudget:
     """Byte reservations on one device, granted FIFO while they fit.
 
@@ -120,6 +135,7 @@ class DeviceBudget:
         self._queue: deque[int] = deque()
         self._tickets = 0
         self._held: dict[int, int] = {}  # ticket -> bytes
+        self._crowded: set[int] = set()  # held tickets that have shared the device
         self.poll_s = poll_s
         self.peak_reserved = 0
         self.granted = 0
@@ -130,13 +146,9 @@ class DeviceBudget:
         with self._cond:
             return sum(self._held.values())
 
-    def room(self) -> int:
-        """Bytes caches may grow to now: capacity less reservations and pinned bytes."""
-        return max(0, self.capacity - self.reserved - self._pinned())
-
     @contextmanager
-    def reserve(self, nbytes: int, alone: bool = False) -> Iterator[float]:
-        """Hold `nbytes` (with `alone`, everything); yields the seconds waited. FIFO."""
+    def reserve(self, nbytes: int, alone: bool = False) -> Iterator[Grant]:
+        """Hold `nbytes` (with `alone`, everything); yields the Grant. FIFO."""
         floor = self._pinned()
         if nbytes > self.capacity - floor:
             raise DoesNotFit(nbytes, self.capacity - floor, self.capacity, self.device)
@@ -152,13 +164,19 @@ class DeviceBudget:
                 self._queue.remove(ticket)
                 self._cond.notify_all()
             raise
-        waited = time.monotonic() - t0
+        grant = Grant(time.monotonic() - t0, ticket, self)
         try:
-            yield waited
+            yield grant
         finally:
             with self._cond:
                 del self._held[ticket]
+                self._crowded.discard(ticket)
                 self._cond.notify_all()
+
+    def crowded(self, ticket: int) -> bool:
+        """Another reservation was held at some time while `ticket` was."""
+        with self._cond:
+            return ticket in self._crowded
 
     def _wait_turn(self, ticket: int, nbytes: int, alone: bool) -> None:
         while True:
@@ -175,6 +193,8 @@ class DeviceBudget:
                     with self._cond:
                         self._queue.popleft()
                         self._held[ticket] = want
+                        if len(self._held) > 1:  # everyone holding now shares the device
+                            self._crowded.update(self._held)
                         self.granted += 1
                         self.peak_reserved = max(self.peak_reserved, sum(self._held.values()))
                         self._cond.notify_all()

@@ -6,9 +6,10 @@ and several input distributions, audit decisions, exclusive timing against the r
 device's timing process, plausibility, reward) and `LocalBackend` (the async EvalBackend over an
 Evaluator). Never raises for a bad candidate and never returns None; a broken reference or judge
 bug is an `internal_error` verdict. Out of device memory: a problem that cannot fit the device's
-budget even alone is `resource_limit` (with the bytes); a worker's out-of-memory error with other
-evaluations on the device, or the judge's own, is judged again alone once; the judge's own a
-second time is `judge_fault` (or `resource_limit` when the reference itself does not fit).
+budget even alone is `resource_limit` (with the bytes); a worker's out-of-memory error while
+other evaluations held memory on the device, or the judge's own, is judged again alone once;
+the judge's own a second time is `judge_fault` (or `resource_limit` when the reference itself
+does not fit).
 Does not cover: isolation (sandbox/isolation.py), the worker side (sandbox/worker.py), HTTP
 (service/server.py), the per-device resources (resources.py).
 """
@@ -224,8 +225,9 @@ class Evaluator:
         res = self.resources(device)
         plan = self._plan(problem, source or "", s)
         try:
-            with res.admitted(ref, lambda: self.refs.case(ref, *plan[0]), alone) as waited:
-                return self._admitted(problem, source or "", s, device, ref, plan, waited)
+            with res.admitted(ref, lambda: self.refs.case(ref, *plan[0]), alone) as grant:
+                v, oom = self._admitted(problem, source or "", s, device, ref, plan, grant.waited)
+                return v, oom and grant.crowded  # alone, the candidate's own doing: no retry
         except DoesNotFit as exc:
             fp = ref.footprint or meta_footprint(ref)
             return Verdict(

@@ -90,8 +90,8 @@ class DeviceResources:
         assert ref.footprint is not None  # measured by the first case
         try:
             need = evaluation_bytes(ref.footprint, self.context_bytes)
-            with self.budget.reserve(need, alone=alone) as waited:
-                yield waited
+            with self.budget.reserve(need, alone=alone) as grant:
+                yield grant
         finally:
             self.release_slack()
 
