@@ -80,7 +80,8 @@ def _timed_rounds(res: Any, run: CandidateRun, case: Case, deadline: float) -> R
     left = max(0.1, deadline - time.monotonic())
     with res.gate.shared() as waited:  # loading and first calls are not timed work
         run.waited += waited
-        key = timer.prepare(run.ref, case, s.compile_baseline, left)
+        hybrid_gpu = s.mode == "hybrid" and run.device.startswith("cuda")  # Kineto + CUPTI
+        key = timer.prepare(run.ref, case, s.compile_baseline, left, hybrid_gpu)
     per_round = max(2, s.perf_trials // s.perf_rounds)
     out = Rounds()
     with res.gate.exclusive() as waited, _on(run.device):

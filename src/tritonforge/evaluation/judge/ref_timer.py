@@ -127,9 +127,18 @@ class RefTimer:
         self.entries.clear()
         self.compiled.clear()
 
-    def prepare(self, ref: Reference, case: Case, compile_baseline: bool, budget: float) -> str:
+    def prepare(
+        self,
+        ref: Reference,
+        case: Case,
+        compile_baseline: bool,
+        budget: float,
+        profile_like_candidates: bool = False,
+    ) -> str:
         """Load `ref` (and its compiled version if asked) with `case` as its timing inputs,
-        unless already loaded; returns its key. Raises TimerDied or ReferenceUnusable."""
+        unless already loaded; returns its key. `profile_like_candidates`: the candidates'
+        workers ran Kineto with CUDA activity (hybrid mode on a GPU); the process does so once
+        too. Raises TimerDied or ReferenceUnusable."""
         key = timer_key(ref)
         with self.lock:
             if key in self.entries and (key in self.compiled or not compile_baseline):
@@ -151,6 +160,7 @@ class RefTimer:
                 "device": "cpu" if self.device == "cpu" else "cuda:0",
                 "compile": compile_baseline,
                 "inputs": case.desc,
+                "profile_like_candidates": profile_like_candidates,
             }
             reply = self._request(msg, [init_fd, os.dup(case.fd)], budget)
             _check(reply, "loading the reference in the timing process")

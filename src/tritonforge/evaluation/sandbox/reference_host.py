@@ -5,7 +5,9 @@ which is trusted and comes from the judge, as a fresh module; build `Model` on t
 the judge's init inputs and seed, as the judge does; optionally `torch.compile` it; map the
 timing case's inputs once and call each model once, so compilation and first-call work happen
 here and not inside a timed round), `drop` (op `ref_drop`) and `callable_of` (the eager or
-compiled model a `time` request names). The process is an ordinary worker forked by the
+compiled model a `time` request names). For hybrid mode on a GPU the process also runs one call
+under Kineto with CUDA activity once, as candidates' workers do in every trial, so that what the
+profiler leaves attached is the same on both sides. The process is an ordinary worker forked by the
 device's fork server into the candidates' sandbox: the same process kind, single-threaded, and
 the same timing code (timing_loop.py). The audit is not armed (no candidate code runs here),
 so the tripwires inherited from the fork server stay inert.
@@ -47,6 +49,15 @@ def _compile(model: Any) -> Any:
     return torch.compile(model)
 
 
+def _profile_once(model: Any, inputs: list[Any]) -> None:
+    """One call under Kineto with CUDA activity, as every hybrid-mode candidate's worker runs its
+    correctness trials: whatever the profiler leaves behind in a process (CUPTI attached) is then
+    the same on both sides of a timing."""
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts, record_shapes=False):
+        model(*inputs)
+
+
 def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
     """`ref_load`: fds are the init inputs' memfd, then (optionally) the timing case's."""
     key = str(msg["key"])
@@ -69,6 +80,9 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
                 for fn in (entry.model, entry.compiled):
                     if fn is not None:
                         fn(*inputs)
+                if msg.get("profile_like_candidates") and not w.references_profiled:
+                    _profile_once(entry.model, inputs)  # the state a hybrid candidate's has
+                    w.references_profiled = True
             w._sync()
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):

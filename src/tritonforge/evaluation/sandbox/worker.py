@@ -102,6 +102,7 @@ class Worker:
         # per timed model ("" = the candidate): (memfd identity + descriptor, device inputs)
         self.timing_inputs: dict[str, tuple[str, list[Any]]] = {}
         self.references: dict[str, reference_host.Loaded] = {}  # the timing process's models
+        self.references_profiled = False
         self.shared_in: torch.Tensor | None = None  # the judge's shared device buffers
         self.shared_out: torch.Tensor | None = None
 
