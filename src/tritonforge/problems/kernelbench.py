@@ -335,7 +335,7 @@ def scale_kernelbench(
     return scaled
 
 
-register_suite(SUITE, load_kernelbench)
+register_suite(SUITE, load_kernelbench, sizes=tuple(SIZES))
 
 
 DECOY_KERNEL = """

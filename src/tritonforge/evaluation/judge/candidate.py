@@ -57,19 +57,26 @@ class CandidateRun:
     waited: float = 0.0  # seconds spent waiting for the device's gate (not the candidate's time)
 
     def call(
-        self, msg: dict[str, Any], fds: list[int], budget: float, phase: str
+        self,
+        msg: dict[str, Any],
+        fds: list[int],
+        budget: float,
+        phase: str,
+        total: float | None = None,
     ) -> tuple[dict[str, Any], list[int]]:
         """One request to the worker within `budget` seconds, under shared access of the
-        device (re-entrant inside a timing's exclusive access); the fds sent are closed here."""
+        device (re-entrant inside a timing's exclusive access); the fds sent are closed here.
+        `total` is the phase's whole budget as configured (what a timeout message names) when
+        `budget` is what is left of it."""
         with gate(self.device).shared() as waited:
             self.waited += waited
-            reply, rfds = self._call(msg, fds, budget, phase)
+            reply, rfds = self._call(msg, fds, budget, phase, total)
         if not reply.get("ok") and isinstance(reply.get("memory"), dict):
             self.device_oom = True
         return reply, rfds
 
     def _call(
-        self, msg: dict[str, Any], fds: list[int], budget: float, phase: str
+        self, msg: dict[str, Any], fds: list[int], budget: float, phase: str, total: float | None
     ) -> tuple[dict[str, Any], list[int]]:
         session, compiled = self.session, self.compiled
         try:
@@ -80,7 +87,7 @@ class CandidateRun:
                     status=Status.TIMEOUT,
                     phase=phase,
                     compiled=compiled,
-                    message=f"{phase} took longer than its {budget:g} s budget",
+                    message=f"{phase} took longer than its {total or budget:g} s budget",
                 )
             ) from None
         except PeerClosed:
@@ -94,7 +101,7 @@ class CandidateRun:
                         "the candidate was not judged",
                     )
                 ) from None
-            status, why = describe_exit(ended)
+            status, why = describe_exit(ended, session.stderr.text)
             if status == "crash" and _OOM_TAIL.search(session.stderr.text()):
                 self.device_oom = True
                 status = Status.OUT_OF_RESOURCES.value

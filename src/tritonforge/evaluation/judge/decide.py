@@ -17,6 +17,7 @@ from typing import Any
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.timing import roofline_ms
+from tritonforge.hardware import DevicePeaks
 from tritonforge.types import Audit, Problem, Status, Verdict
 
 # Rules reported by the worker that hybrid mode tolerates (KernelBench-style partial replacement).
@@ -134,6 +135,7 @@ def decide_timing(
     problem: Problem,
     nbytes: float,
     s: EvalSettings,
+    peaks: DevicePeaks | None = None,
 ) -> tuple[str, str] | None:
     expected = min((r.get("launches", 0) for r in records), default=0)
     if expected > 0 and launches and min(launches) == 0:
@@ -143,7 +145,7 @@ def decide_timing(
         )
     if v.speedup is None or v.runtime is None:
         return None
-    bound = roofline_ms(problem.flops, nbytes)
+    bound = roofline_ms(problem.flops, nbytes, peaks)
     if bound and v.runtime.median_ms < 0.5 * bound:
         if s.implausible_speedup == "reject":
             return (

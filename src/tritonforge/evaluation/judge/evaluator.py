@@ -74,6 +74,9 @@ CPU_UNTIMED = (
     "timing not measured: the CPU Triton interpreter checks correctness only; speedup is null"
 )
 CPU_TIMED = "timed on the CPU interpreter (time_on_cpu): says nothing about GPU speed"
+# Phase-by-phase progress at DEBUG ("reference", "compile", "correctness trial 2/5", ...): off by
+# default; `tritonforge eval-kernel` shows it on stderr while a long evaluation runs.
+progress = get_logger("evaluation.progress")
 
 
 class Evaluator:
@@ -221,6 +224,7 @@ class Evaluator:
                 phase="static",
                 device=device,
             ), False
+        progress.debug("reference: building the problem's model and inputs on %s", device)
         ref = self.refs.reference(problem, device)
         res = self.resources(device)
         plan = self._plan(problem, source or "", s)
@@ -242,6 +246,7 @@ class Evaluator:
         self, problem: Problem, source: str, s: EvalSettings, device: str, ref, plan, waited: float
     ) -> tuple[Verdict, bool]:
         """The evaluation proper, with the device memory it needs reserved."""
+        progress.debug("spawn: starting a sandboxed worker")
         scratch = None if s.sandbox != "rlimits" else private_scratch()
         spec = worker_spec(s, device, scratch)
         phases: dict[str, float] = {"admission_wait": waited} if waited > 0.001 else {}
@@ -365,22 +370,29 @@ class Evaluator:
 
     def _run(self, run: CandidateRun, plan: list[tuple[int, str]]) -> Verdict:
         s, session = run.settings, run.session
+        progress.debug("import: loading the candidate")
         failed = self._load(run, self.refs.case(run.ref, *plan[0]))
         if failed is not None:
             return failed
-        deadline = 0.0
+        # the correctness budget is the candidate's own time over the trials after the first:
+        # the judge's work between trials (reference outputs, comparison) is not charged to it
+        correctness_left = s.budgets.correctness_s
         for i, (seed, dist) in enumerate(plan):
             phase = "compile" if i == 0 else "correctness"
-            left = deadline + run.waited - time.monotonic()  # waits for the gate do not count
-            budget = s.budgets.compile_s if i == 0 else max(0.1, left)
+            total = s.budgets.compile_s if i == 0 else s.budgets.correctness_s
+            progress.debug("reference outputs: trial %d/%d (%s inputs)", i + 1, len(plan), dist)
             case = self.refs.case(run.ref, seed, dist)
             carry, carry_fds = session.transport.send(case)
             msg = {"op": "run", **carry, **audit_switches(last_trial=i == len(plan) - 1)}
+            progress.debug("%s: trial %d/%d", phase, i + 1, len(plan))
             t = time.monotonic()
-            reply, fds = run.call(msg, carry_fds, budget, phase)
-            run.phases[phase] = run.phases.get(phase, 0.0) + time.monotonic() - t
-            if i == 0:
-                deadline = time.monotonic() + s.budgets.correctness_s - run.waited
+            budget = total if i == 0 else max(0.1, correctness_left)
+            waited = run.waited
+            reply, fds = run.call(msg, carry_fds, budget, phase, total)
+            spent = time.monotonic() - t - (run.waited - waited)  # waits for the gate: not its time
+            run.phases[phase] = run.phases.get(phase, 0.0) + spent
+            if i > 0:
+                correctness_left -= spent
             # compiled: a kernel launched; for the CUDA backend the extension built at import
             # and forward ran (its launches happen inside native code the recorder cannot see)
             run.compiled = run.compiled or (reply.get("audit") or {}).get("launches_ok", 0) > 0

@@ -28,8 +28,11 @@ from tritonforge.evaluation.judge.decide import changed_after_timing, decide_tim
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.ref_timer import ReferenceUnusable, RefTimer, TimerDied
 from tritonforge.evaluation.judge.reference import Case
-from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, stats
+from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, device_peaks, stats
+from tritonforge.logging_setup import get_logger
 from tritonforge.types import Status, Verdict
+
+progress = get_logger("evaluation.progress")  # see judge.progress
 
 
 @dataclass
@@ -50,6 +53,9 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
     """Time a correct candidate and fill `v` (timings, speedups and their intervals); a timing
     rule or the post-timing re-check can still turn `v` into a reward hack."""
     problem, ref, s = run.problem, run.ref, run.settings
+    progress.debug(
+        "timing: %d rounds against the reference (device's timing process)", s.perf_rounds
+    )
     case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
     post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
     res = ev.resources(run.device)
@@ -184,7 +190,10 @@ def _recheck(
     nbytes = sum(
         x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
     ) + output_bytes(case.expected)
-    hack = decide_timing(v, launches, run.records, status is Status.CORRECT, problem, nbytes, s)
+    peaks = device_peaks(run.device) if run.device.startswith("cuda") else None
+    hack = decide_timing(
+        v, launches, run.records, status is Status.CORRECT, problem, nbytes, s, peaks
+    )
     if hack:
         v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
         v.correct = False

@@ -2,8 +2,8 @@
 
 Covers: `stats` (median, mean, std, min, max over trials), `bootstrap_ratio_ci` (the 95%
 percentile-bootstrap interval of median(numerator) / median(denominator), resampling each side's
-trials, deterministic for given data) and `roofline_ms` (a lower bound on runtime from the H200's
-peak bandwidth and FLOP rate).
+trials, deterministic for given data), `device_peaks` and `roofline_ms` (a lower bound on
+runtime from the peaks of the device in use, tritonforge.hardware.DEVICE_PEAKS).
 Does not cover: taking the times (sandbox/timing_loop.py, in the candidate's worker and in the
 device's timing process) or the schedule (gpu_timing.py).
 On the CPU interpreter nothing is timed by default: interpreted Triton says nothing about GPU speed.
@@ -11,15 +11,15 @@ On the CPU interpreter nothing is timed by default: interpreted Triton says noth
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import statistics
 
 import numpy as np
+import torch
 
+from tritonforge.hardware import DevicePeaks, peaks_for
 from tritonforge.types import Timing
-
-H200_BANDWIDTH = 4.8e12  # bytes/s (datasheet; ~4.3 measured)
-H200_BF16 = 990e12  # dense FLOP/s (datasheet)
 
 
 def stats(times_ms: list[float], drop_first: bool = True) -> Timing:
@@ -53,11 +53,21 @@ def bootstrap_ratio_ci(
     return [float(f"{low:.4g}"), float(f"{high:.4g}")]
 
 
-def roofline_ms(flops: float | None, nbytes: float | None) -> float | None:
-    """Lower bound on runtime from the H200's peak bandwidth and bf16 FLOP rate."""
+@functools.lru_cache(maxsize=16)
+def device_peaks(device: str) -> DevicePeaks:
+    """Peaks of GPU `device` ("cuda:N") by the name torch reports (ROCm GPUs report theirs)."""
+    return peaks_for(torch.cuda.get_device_name(device))
+
+
+def roofline_ms(
+    flops: float | None, nbytes: float | None, peaks: DevicePeaks | None = None
+) -> float | None:
+    """Lower bound on runtime from a device's peak bandwidth and bf16 FLOP rate (default: the
+    fastest device in the table, so an unknown device never gets a bound that is too high)."""
+    peaks = peaks or peaks_for(None)
     bounds = []
     if nbytes:
-        bounds.append(nbytes / H200_BANDWIDTH * 1e3)
+        bounds.append(nbytes / peaks.bandwidth * 1e3)
     if flops:
-        bounds.append(flops / H200_BF16 * 1e3)
+        bounds.append(flops / peaks.bf16_flops * 1e3)
     return max(bounds) if bounds else None

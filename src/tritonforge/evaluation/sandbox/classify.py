@@ -1,11 +1,11 @@
 """Turning a candidate's exception into a status and a message a model can act on.
 
 Covers: `classify_exception` (status by exception type and message, e.g. Triton compile errors,
-out-of-resources, illegal memory access), `is_device_oom` (an exception that means the device ran
-out of memory, including the caching allocator's NVML asserts and library handles that could not
-be allocated; the judge uses it on its own errors too), `requested_bytes` (the figure in a CUDA
-out-of-memory message), `memory_facts` (the process's and the device's memory at such an error)
-and `trim_traceback` (keeps the candidate's own frames
+out-of-resources, illegal memory access; CUDA and HIP error texts), `is_device_oom` (an exception
+that means the device ran out of memory, including the caching allocator's NVML asserts and
+library handles that could not be allocated; the judge uses it on its own errors too),
+`requested_bytes` (the figure in a CUDA out-of-memory message), `memory_facts` (the process's
+and the device's memory at such an error) and `trim_traceback` (keeps the candidate's own frames
 and the final error, drops framework noise, bounds the length). Runs in the worker; returns
 plain strings so nothing crosses the process boundary but JSON. Does not cover: crash signals
 and timeouts (decided by the judge from exit codes and deadlines).
@@ -19,13 +19,33 @@ import traceback
 from tritonforge.types import Status
 
 MAX_MESSAGE = 4000
+# Lower-case fragments of CUDA and HIP (ROCm) error texts. The HIP ones follow the HIP runtime's
+# error names and messages (hipErrorIllegalAddress, "Memory access fault by GPU node", ...);
+# they are unit-tested on strings only: no AMD GPU has produced them for this code.
+ILLEGAL_ACCESS_TEXTS = (
+    "illegal memory access",
+    "misaligned address",
+    "illegal instruction",
+    "hiperrorillegaladdress",
+    "memory access fault by gpu",
+)
+OUT_OF_RESOURCES_TEXTS = (
+    "out of resource",
+    "cuda out of memory",
+    "hip out of memory",
+    "hiperroroutofmemory",
+)
+NO_BINARY_TEXTS = ("hiperrornobinaryforgpu", "invalid device function")
+# of those, the ones that mean device memory ran out (Triton's "out of resource: shared memory"
+# does not), and what the driver, libraries and allocator say when it does
 _DEVICE_OOM_TEXT = (
     "cuda out of memory",
+    "hip out of memory",
+    "hiperroroutofmemory",
     "cuda_error_out_of_memory",
     "cudaerrormemoryallocation",
     "cublas_status_alloc_failed",
     "cudnn_status_alloc_failed",
-    "hip out of memory",
 )
 _TRIED = re.compile(r"tried to allocate ([0-9.]+) ?([kmgt]i?b)", re.IGNORECASE)
 _UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -93,15 +113,15 @@ def classify_exception(exc: BaseException, phase: str, in_kernel: bool = False) 
     """Status for an exception raised by candidate code in `phase` (import|init|forward)."""
     names = " ".join(f"{type(e).__module__}.{type(e).__name__}" for e in _chain(exc))
     text = " ".join(str(e) for e in _chain(exc)).lower()
-    if (
-        "illegal memory access" in text
-        or "misaligned address" in text
-        or "illegal instruction" in text
-    ):
+    if any(k in text for k in ILLEGAL_ACCESS_TEXTS):
         return Status.ILLEGAL_MEMORY_ACCESS
     if "defaultcpuallocator" in text or "can't allocate memory" in text:
         return Status.RESOURCE_LIMIT  # host allocation refused under the sandbox's memory rlimit
-    if is_device_oom(exc) or "OutOfResources" in names or "out of resource" in text:
+    if (
+        is_device_oom(exc)
+        or "OutOfResources" in names
+        or any(k in text for k in OUT_OF_RESOURCES_TEXTS)
+    ):
         return Status.OUT_OF_RESOURCES
     if isinstance(exc, MemoryError):
         return Status.RESOURCE_LIMIT
@@ -111,6 +131,7 @@ def classify_exception(exc: BaseException, phase: str, in_kernel: bool = False) 
         or "PTXASError" in names
         or "InterpreterError" in names  # the CPU interpreter wraps errors raised in a kernel body
         or "error building extension" in text  # CUDA C++ backend: nvcc/ninja output follows
+        or any(k in text for k in NO_BINARY_TEXTS)
         or in_kernel
     ):
         return Status.COMPILE_ERROR
