@@ -81,8 +81,9 @@ class Status(str, Enum):
     INPUT_MUTATED = "input_mutated"
     REWARD_HACK = "reward_hack"
     INTERNAL_ERROR = "internal_error"
-    # the judge could not finish for reasons of its own (the machine too busy twice in a row):
-    # not the candidate's status; ask again
+    # the judge could not finish for reasons of its own (the machine too busy twice in a row,
+    # out of device memory after a retry alone, its reference timing process died twice): not
+    # the candidate's status; ask again
     JUDGE_FAULT = "judge_fault"
     CORRECT = "correct"
 
@@ -181,8 +182,17 @@ class Verdict(Record):
     runtime: Timing | None = None
     ref_runtime: Timing | None = None
     ref_compile_runtime: Timing | None = None
-    speedup: float | None = None
-    speedup_vs_compile: float | None = None
+    speedup: float | None = Field(None, description="Eager reference median / candidate median.")
+    speedup_vs_compile: float | None = Field(
+        None, description="torch.compile(reference) median / candidate median."
+    )
+    speedup_ci: list[float] | None = Field(
+        None, description="95% bootstrap interval [low, high] of `speedup` (timing noise)."
+    )
+    speedup_vs_compile_ci: list[float] | None = None
+    timing_clock: str | None = Field(
+        None, description="'cuda_events' (device time, floored by host time) or 'host'."
+    )
     audit: Audit | None = None
     reference_nondeterministic: bool = Field(
         False,
@@ -200,6 +210,8 @@ class Verdict(Record):
     def short(self) -> str:
         """One line for logs and progress bars."""
         sp = f" speedup={self.speedup:.2f}x" if self.speedup is not None else ""
+        if self.speedup_vs_compile is not None:
+            sp += f" vs_compile={self.speedup_vs_compile:.2f}x"
         rule = f" rule={self.rule}" if self.rule else ""
         return f"{self.problem_id} {self.status.value}{rule}{sp} reward={self.reward:.3f}"
 

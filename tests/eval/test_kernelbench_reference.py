@@ -16,7 +16,6 @@ Skips when ../shared/data/kernelbench is absent. Does not cover: scaling itself
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,27 +25,11 @@ import pytest
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.checks import run_static
 from tritonforge.evaluation.judge.evaluator import Evaluator
+from tritonforge.problems.kernelbench import self_candidate
 from tritonforge.types import Problem, Status, Verdict
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kernelbench"
-DECOY_KERNEL = """
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _unused_kernel(x_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
-"""
-
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"no KernelBench data in {DATA}")
-
-
-def as_candidate(src: str, decoy: bool = False) -> str:
-    """The reference source with its Model class renamed ModelNew (super() calls included)."""
-    out = re.sub(r"\bModel\b", "ModelNew", src)
-    return out + DECOY_KERNEL if decoy else out
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +74,7 @@ def verdicts(scaled: list[Problem]) -> Iterator[dict[tuple[str, str], Verdict]]:
     }
     with Evaluator(EvalSettings(device="cpu")) as ev, ThreadPoolExecutor(2) as pool:
         futures = {
-            (p.id, name): pool.submit(ev.evaluate, p, as_candidate(p.reference_src, decoy), s)
+            (p.id, name): pool.submit(ev.evaluate, p, self_candidate(p.reference_src, decoy), s)
             for p in scaled
             for name, (s, decoy) in variants.items()
         }
@@ -114,7 +97,7 @@ def test_every_scalable_reference_vs_itself(scaled: list[Problem], verdicts) -> 
             random_refs.append(p.id)
         if d.status is not Status.REWARD_HACK or d.rule != "torch_compute":
             wrong.append(f"{p.id} strict+decoy: {d.status.value} {d.rule} {d.message[:300]}")
-        s = run_static(as_candidate(p.reference_src), "strict")
+        s = run_static(self_candidate(p.reference_src), "strict")
         if (s.status, s.rule) != (Status.REWARD_HACK, "no_custom_kernel"):
             wrong.append(f"{p.id} strict: {s.status} {s.rule}")
     assert not wrong, "\n".join(wrong)

@@ -15,7 +15,8 @@ import torch
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.compare import compare_stats, compare_to_reference, output_stats
-from tritonforge.evaluation.judge.reference import STAT_RUNS, ReferenceStore
+from tritonforge.evaluation.judge.problem_check import STAT_RUNS
+from tritonforge.evaluation.judge.reference import ReferenceStore
 from tritonforge.types import Problem, Status
 
 DROPOUT_SRC = """import torch

@@ -4,7 +4,7 @@ which problems cannot be judged here.
 Covers: argument parsing and printing for listing problems (table or JSON), showing one
 problem's reference source (and built-in solution), writing scaled KernelBench sources in
 KernelBench layout with a JSON report, and checking each problem (one reason per problem that
-cannot run here: judge/reference.why_not). Does not cover: loading or scaling themselves
+cannot run here: judge/problem_check.why_not). Does not cover: loading or scaling themselves
 (tritonforge.problems, problems.kernelbench, problems.sizing).
 """
 
@@ -249,7 +249,7 @@ def run_scale(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from tritonforge.evaluation.judge.reference import why_not
+    from tritonforge.evaluation.judge.problem_check import why_not
 
     suites = (args.suite,) if args.suite else ALL_SUITES
     problems = _load_many(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tritonforge.evaluation.judge.candidate import CandidateRun
 from tritonforge.evaluation.judge.decide import fmt_ops
-from tritonforge.evaluation.judge.reference import STAT_RUNS
+from tritonforge.evaluation.judge.problem_check import STAT_RUNS
 from tritonforge.types import Status, Verdict
 
 LIBDEVICE_ON_CPU = (

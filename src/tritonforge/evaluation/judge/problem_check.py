@@ -1,15 +1,17 @@
-"""Whether a problem can be judged here at all, before its reference is built for real.
+"""Properties of a problem, not of a candidate: whether it can be judged here at all, and whether
+its reference is deterministic.
 
-Covers: `cannot_run(problem, device, module)`: the one reason a problem cannot run on this
-machine, or None. In order: a reason the loader recorded (`Problem.meta["cannot_run"]`, e.g. a
-level-4 model without an offline config), a library the reference imports that is not
-installed, and the memory it needs: the reference is built and run once on the meta device
-(shapes only, no data, no time) to count parameters, buffers, inputs and outputs; the judge and
-the candidate's worker each hold them, so twice that must fit in the memory this device has.
-A reference the meta device cannot run (data-dependent shapes) is not sized here: building it
-for real then fails, or not, on its own. Does not cover: concurrent admission of several
-evaluations on one GPU (the scheduler), or references that fail when built for real
-(reference.py turns those into a ReferenceError too).
+Covers: `missing_reason` (a library the reference imports is not installed) and
+`cannot_run(problem, device, module, init_inputs)`, the one reason a problem cannot run on this
+machine or None: a reason the loader recorded (`Problem.meta["cannot_run"]`, e.g. a level-4
+model without an offline config), then, on the CPU, the memory it needs: the reference is built
+and run once on the meta device (shapes only, no data, no time) to count weights, inputs and
+outputs; the judge and the candidate's worker each hold them, so twice that must fit in the
+memory available (on a GPU memory admission decides: admission.py, `resource_limit`). `why_not`
+answers the same without a ReferenceStore (`tritonforge problems check`). `determinism` runs the
+reference a second time on its first case's inputs; `randomness` does that once per reference
+and gives each case of a nondeterministic one the statistics of STAT_RUNS runs.
+Does not cover: references that fail when built for real (reference.py raises ReferenceError).
 """
 
 from __future__ import annotations
@@ -18,54 +20,38 @@ import ast
 import importlib.util
 import os
 import types
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from tritonforge.config.eval import DEFAULT_TOLERANCES
+from tritonforge.evaluation.judge.admission import Footprint, gib
+from tritonforge.evaluation.judge.compare import compare, output_bytes, output_stats
 from tritonforge.evaluation.sandbox.protocol import flatten_tensors
-from tritonforge.types import Problem
+from tritonforge.types import Problem, Status
 
-GIB = float(1 << 30)
-# of the device's memory, what one problem may need (the rest: the judge, the worker's runtime)
-USABLE_FRACTION = 0.8
-
-
-@dataclass
-class Footprint:
-    params: int  # bytes of parameters and buffers
-    inputs: int
-    outputs: int
-
-    @property
-    def total(self) -> int:
-        """The judge and the worker each hold the model, the inputs and the outputs."""
-        return 2 * (self.params + self.inputs + self.outputs)
-
-    def describe(self) -> str:
-        return (
-            f"parameters {self.params / GIB:.2f} GiB, inputs {self.inputs / GIB:.2f} GiB, "
-            f"outputs {self.outputs / GIB:.2f} GiB, held by the judge and by the candidate"
-        )
+STAT_RUNS = 6  # reference runs per case whose statistics judge a nondeterministic problem
+USABLE_FRACTION = 0.8  # of the host memory available now, what one problem may need
 
 
-def missing_imports(src: str) -> list[str]:
-    """Top-level modules a source imports that are not installed here."""
+def missing_reason(problem: Problem) -> str | None:
+    """Why the reference cannot even be loaded here: top-level modules it imports that are not
+    installed (checked before it is executed)."""
     try:
-        tree = ast.parse(src)
+        tree = ast.parse(problem.reference_src)
     except SyntaxError:
-        return []
+        return None
     roots: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             roots |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             roots.add(node.module.split(".")[0])
-    return sorted(r for r in roots if importlib.util.find_spec(r) is None)
-
-
-def _nbytes(value: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in flatten_tensors(value))
+    missing = sorted(r for r in roots if importlib.util.find_spec(r) is None)
+    if missing:
+        return f"the reference imports {', '.join(missing)}, which is not installed here"
+    return None
 
 
 def footprint(module: types.ModuleType, init_inputs: list[Any]) -> Footprint | None:
@@ -80,16 +66,13 @@ def footprint(module: types.ModuleType, init_inputs: list[Any]) -> Footprint | N
         return None
     if out is None or not all(t.is_meta for t in flatten_tensors(inputs)):
         return None  # get_inputs built real tensors: sized when they are drawn
-    params = sum(_nbytes(t) for t in (*model.parameters(), *model.buffers()))
-    return Footprint(params, _nbytes(inputs), _nbytes(out))
+    weights = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    inputs_bytes = sum(t.numel() * t.element_size() for t in flatten_tensors(inputs))
+    return Footprint(inputs_bytes, output_bytes(out), 0, weights)
 
 
-def available_bytes(device: str) -> int:
-    """Memory one problem may use on `device`: a fraction of the GPU's memory, or of the host
-    memory available now."""
-    if device.startswith("cuda"):
-        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
-        return int(USABLE_FRACTION * total)
+def host_available() -> int:
+    """Host memory one problem may use: a fraction of what is available now."""
     try:
         with open("/proc/meminfo") as f:
             info = {line.split(":")[0]: line.split()[1] for line in f if ":" in line}
@@ -103,17 +86,73 @@ def cannot_run(
     problem: Problem, device: str, module: types.ModuleType, init_inputs: list[Any]
 ) -> str | None:
     """The one reason `problem` cannot be judged on `device` here, or None (libraries the
-    source imports are checked before it is loaded: `missing_imports`)."""
+    source imports are checked before it is loaded: `missing_reason`)."""
     reason = (problem.meta or {}).get("cannot_run")
     if reason:
         return str(reason)
+    if device != "cpu":
+        return None  # GPU: memory admission (admission.py) answers resource_limit
     fp = footprint(module, init_inputs)
     if fp is None:
         return None
-    have = available_bytes(device)
-    if fp.total > have:
+    need = 2 * (fp.weights + fp.inputs + fp.outputs)  # the judge's copy and the worker's
+    have = host_available()
+    if need > have:
         return (
-            f"does not fit: needs about {fp.total / GIB:.1f} GiB ({fp.describe()}), "
-            f"{have / GIB:.1f} GiB usable on {device}"
+            f"does not fit: needs about {gib(need)} (weights {gib(fp.weights)}, inputs "
+            f"{gib(fp.inputs)}, outputs {gib(fp.outputs)}, held by the judge and by the "
+            f"candidate), {gib(have)} usable on cpu"
         )
     return None
+
+
+def why_not(problem: Problem, device: str = "cpu") -> str | None:
+    """The one reason `problem` cannot be judged on `device` here (as its verdict would say),
+    or None; nothing is allocated (the reference is sized on the meta device)."""
+    from tritonforge.evaluation.judge.reference import _RNG_LOCK, INIT_SEED, load_module
+
+    reason = (problem.meta or {}).get("cannot_run") or missing_reason(problem)
+    if reason:
+        return str(reason)
+    try:
+        module = load_module(problem.reference_src, problem.id)
+        with _RNG_LOCK:
+            torch.manual_seed(INIT_SEED)
+            return cannot_run(problem, device, module, list(module.get_init_inputs()))
+    except Exception as exc:
+        return f"broken reference: {type(exc).__name__}: {exc}"[:500]
+
+
+def determinism(
+    run: Callable[[list[Any]], Any], problem: Problem, inputs: list[Any], expected: Any
+) -> str | None:
+    """Run the reference a second time on the same inputs: None when it gives the same outputs
+    (within the default fp32/fp16/bf16 tolerances), else why not. A reference whose outputs
+    differ (dropout in training mode, torch.rand in forward, state kept across calls) is a
+    property of the problem: such problems are judged by statistics (compare.compare_stats)."""
+    if any(t.is_meta for t in flatten_tensors(expected)):
+        return None  # no values to compare (the meta device stands in for a GPU in tests)
+    again = run(inputs)
+    status, mm, why = compare(
+        expected,
+        again,
+        lambda d: DEFAULT_TOLERANCES.get(d, 1e-4),
+        "match",
+        problem.atol,
+        problem.rtol,
+    )
+    if status is Status.CORRECT:
+        return None
+    worst = f" (max |diff| {mm.max_abs_diff:.3g})" if mm and mm.max_abs_diff is not None else ""
+    return f"two runs of the reference on the same inputs differ: {why}{worst}"
+
+
+def randomness(ref: Any, inputs: list[Any], expected: Any) -> list[list[tuple]] | None:
+    """On the first case of `ref` (a reference.Reference): the determinism check; for every case
+    of a nondeterministic reference, the statistics of STAT_RUNS runs on `inputs`."""
+    if not ref.checked:
+        ref.nondeterministic = determinism(ref.run, ref.problem, inputs, expected)
+        ref.checked = True
+    if not ref.nondeterministic:
+        return None
+    return [output_stats(expected), *(output_stats(ref.run(inputs)) for _ in range(STAT_RUNS - 1))]
