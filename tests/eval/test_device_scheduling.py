@@ -26,7 +26,7 @@ import torch
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge import evaluator as evaluator_module
 from tritonforge.evaluation.judge.admission import evaluation_bytes
-from tritonforge.evaluation.judge.compare import compare
+from tritonforge.evaluation.judge.compare import compare_to_reference
 from tritonforge.evaluation.judge.device_gate import gate
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.problems import load_suite
@@ -183,7 +183,7 @@ def _oom(*args, **kwargs):
 
 def test_judge_oom_is_retried_alone_then_the_judges_fault(builtin, monkeypatch) -> None:
     p = builtin["relu"]
-    monkeypatch.setattr(evaluator_module, "compare", _oom)
+    monkeypatch.setattr(evaluator_module, "compare_to_reference", _oom)
     with Evaluator(_settings(time_on_cpu=False)) as ev:
         v = ev.evaluate(p, p.solution_src)
         assert ev.retries["judge_oom"] == 1
@@ -196,9 +196,9 @@ def test_judge_oom_is_retried_alone_then_the_judges_fault(builtin, monkeypatch) 
         calls[0] += 1
         if calls[0] == 1:
             _oom()
-        return compare(*args, **kwargs)
+        return compare_to_reference(*args, **kwargs)
 
-    monkeypatch.setattr(evaluator_module, "compare", once)
+    monkeypatch.setattr(evaluator_module, "compare_to_reference", once)
     with Evaluator(_settings(time_on_cpu=False)) as ev:
         v = ev.evaluate(p, p.solution_src)
     assert v.status is Status.CORRECT and any("judged again alone" in n for n in v.notes)
