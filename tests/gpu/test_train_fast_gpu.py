@@ -92,7 +92,6 @@ def test_packed_compiled_checkpointed_path_matches_padded_eager(moe, lengths, co
     accelerate_layers(lm_fast, compiled, [1])
     head = compiled_ops() if compiled else EAGER
     fast_policy = PolicyModel(lm_fast, 32, torch.bfloat16, packing=True, head_ops=head)
-    fast_policy.layers_compiled = compiled
     fast = _loss_grads(fast_policy, pack_micro_batch(seqs, 0, 64))
     assert abs(fast[0] - ref[0]) < 1e-2 * abs(ref[0]) + 1e-3
     scored = collate(seqs).mask.cuda() > 0
@@ -117,7 +116,6 @@ def test_varlen_recompiles_stop_after_shapes_become_dynamic():
     lm = tiny_lm().cuda()
     accelerate_layers(lm, True, [0])
     policy = PolicyModel(lm, 32, torch.bfloat16, packing=True, head_ops=compiled_ops())
-    policy.layers_compiled = True
     graphs = []
     for step in range(8):
         seqs, _ = prepare_sequences(trajectories(3 + step % 3, seed=step), BatchConfig())

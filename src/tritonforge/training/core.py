@@ -108,7 +108,6 @@ class TrainCore:
             else []
         )
         accelerate_layers(self.lm, self.compiled, ckpt_layers)
-        self.policy.layers_compiled = self.compiled
         mp = self.compute_dtype if self.compute_dtype != param_dtype(model_cfg) else None
         shard_model(self.policy, self.lm, dist_cfg, self.ctx, mp)
         self.optimizer = build_optimizer(self.policy, optim_cfg)

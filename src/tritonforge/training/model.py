@@ -226,7 +226,6 @@ class PolicyModel(nn.Module):
         self.compute_dtype = compute_dtype
         self.attn_ragged, self.attn_uniform = attn_ragged, attn_uniform
         self.head_ops = head_ops
-        self.layers_compiled = False
         head = lm.get_output_embeddings()
         if head is None or getattr(head, "bias", None) is not None:
             raise ValueError("PolicyModel needs a bias-free linear output layer")
@@ -273,7 +272,7 @@ class PolicyModel(nn.Module):
         backend = attention.resolve(
             self.attn_ragged, self.attn_uniform, packed.uniform_len, device, self.compute_dtype
         )
-        kwargs = attention.packing_kwargs(packed, backend, self.layers_compiled)
+        kwargs = attention.packing_kwargs(packed, backend)
         masks = self._dict_masks
         with attention.packed_masks():
             yield {
