@@ -36,12 +36,14 @@ from tritonforge.training.distributed import (
     shard_model,
 )
 from tritonforge.training.logprobs import EAGER, compiled_ops
+from tritonforge.training.master_adamw import MasterAdamW
 from tritonforge.training.model import (
     PolicyModel,
     accelerate_layers,
     checkpoint_indices,
     compute_dtype,
     load_causal_lm,
+    masters_in_optimizer,
     param_dtype,
     prepare_for_training,
 )
@@ -91,10 +93,12 @@ class TrainCore:
     ) -> None:
         self.model_cfg, self.optim_cfg, self.batch_cfg = model_cfg, optim_cfg, batch_cfg
         self.ctx = ctx or init_distributed(dist_cfg)
+        sharded = self.ctx.distributed and dist_cfg.fsdp
+        self.param_dtype = param_dtype(model_cfg, sharded)
         if lm is None:
-            lm = load_causal_lm(model_cfg)
+            lm = load_causal_lm(model_cfg, dtype=self.param_dtype)
         else:
-            lm = prepare_for_training(lm.to(param_dtype(model_cfg)), model_cfg)
+            lm = prepare_for_training(lm.to(self.param_dtype), model_cfg)
         self.lm = lm.to(self.ctx.device)
         self.tokenizer = tokenizer
         self.pad_id = pad_id_of(lm, tokenizer)
@@ -108,9 +112,10 @@ class TrainCore:
             else []
         )
         accelerate_layers(self.lm, self.compiled, ckpt_layers)
-        mp = self.compute_dtype if self.compute_dtype != param_dtype(model_cfg) else None
+        mp = self.compute_dtype if self.compute_dtype != self.param_dtype else None
         shard_model(self.policy, self.lm, dist_cfg, self.ctx, mp)
-        self.optimizer = build_optimizer(self.policy, optim_cfg)
+        masters = masters_in_optimizer(model_cfg, sharded)
+        self.optimizer = build_optimizer(self.policy, optim_cfg, masters)
         self.scheduler = build_scheduler(self.optimizer, optim_cfg)
         self.optim_steps = 0
 
@@ -149,8 +154,11 @@ class TrainCore:
         return self.policy(mb, temperature, compute_entropy)
 
     def backward(self, loss: Tensor) -> None:
-        """Backward of a globally normalised micro-batch loss (x world size: FSDP averages)."""
+        """Backward of a globally normalised micro-batch loss (x world size: FSDP averages);
+        with masters in the optimizer, its gradients are then summed in fp32 there."""
         (loss * self.ctx.world_size).backward()
+        if isinstance(self.optimizer, MasterAdamW):
+            self.optimizer.accumulate_grads()
 
     def optimizer_step(self) -> tuple[float, float]:
         """Clip, step, schedule; returns (grad norm, lr)."""
