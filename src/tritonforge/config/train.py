@@ -147,6 +147,12 @@ class BatchConfig(Section):
     chunk_tokens: int = Field(
         1024, ge=1, description="Tokens per lm-head chunk (memory ~ chunk x vocab fp32)."
     )
+    lm_head: Literal["auto", "eager", "compiled", "triton"] = Field(
+        "auto",
+        description="The lm head's passes over each chunk's logits: eager torch, compiled "
+        "(inductor), or triton (one Triton pass each way around cuBLAS matmuls; CUDA only); "
+        "auto = compiled when the model compiles, else eager.",
+    )
 
 
 class LossConfig(Section):

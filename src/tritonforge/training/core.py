@@ -35,7 +35,7 @@ from tritonforge.training.distributed import (
     init_distributed,
     shard_model,
 )
-from tritonforge.training.logprobs import EAGER, compiled_ops
+from tritonforge.training.logprobs import head_ops
 from tritonforge.training.master_adamw import MasterAdamW
 from tritonforge.training.model import (
     PolicyModel,
@@ -218,9 +218,10 @@ def make_policy(
     lm: nn.Module, cfg: BatchConfig, dtype: torch.dtype, compiled: bool = False
 ) -> PolicyModel:
     """The PolicyModel of `lm` as the batch config asks (packing, attention, chunk size)."""
+    device = next(lm.parameters()).device
     return PolicyModel(
         lm, cfg.chunk_tokens, dtype, packing=cfg.packing, attn_ragged=cfg.attention,
-        attn_uniform=cfg.attention_uniform, head_ops=compiled_ops() if compiled else EAGER,
+        attn_uniform=cfg.attention_uniform, head_ops=head_ops(cfg.lm_head, compiled, device),
     )  # fmt: skip
 
 
