@@ -123,7 +123,7 @@ def first_shape_variants(args, attn: dict) -> tuple[list, list]:
     essential = [
         ("fast", {**best, "profile": args.profile, "agree": True}),
         ("fast_half_micro", {**best, "micro_tokens": args.big_micro // 2, "agree": True}),
-        ("fast_compiled_head", {**best, "head": "compiled", "chunk": args.chunk}),
+        ("fast_compiled_head", {**best, "head": "compiled", "chunk": args.chunk, "agree": True}),
         ("fast_round1", round1),  # fp32 masters as parameters (autocast), as measured before
     ]
     extra = [  # after the other shapes (round 1 measured these)
@@ -134,12 +134,16 @@ def first_shape_variants(args, attn: dict) -> tuple[list, list]:
     return essential, extra
 
 
-def other_shape_ladder(args, shape: str, attn: dict, compile_ok: bool) -> list[dict]:
+def other_shape_ladder(
+    args, shape: str, attn: dict, compile_ok: bool, head: str = "triton"
+) -> list[dict]:
     """The fast path, then with more layers checkpointed after an OOM. 4b: one sample per
     micro-batch and half its layers checkpointed from the start (64 GB of fp32 weights, grads
     and Adam states leave about 70 GB; its activations are ~100 KB per token and layer)."""
     micro = args.seq if shape == "4b" else args.micro_tokens
     base = {**best_config(args, attn, micro), "compile": args.compile if compile_ok else "off"}
+    if head != "triton":  # the Triton head failed on the first shape
+        base.update(head=head, chunk=args.chunk)
     n_layers = tp.SHAPES[shape]["num_hidden_layers"]
     ladder = [base, {**base, "ckpt": n_layers // 2}, {**base, "ckpt": n_layers}]
     return ladder[1:] if shape == "4b" else ladder
@@ -212,10 +216,10 @@ def _retry_attention(args, report: dict, v: dict) -> dict | None:
     return {**v, "uniform": "auto", "ragged": "auto", "profile": False}
 
 
-def run_ladder(args, shape, device, report, attn: dict, compile_ok: bool) -> None:
+def run_ladder(args, shape, device, report, attn: dict, compile_ok: bool, head: str) -> None:
     config, ctx, res = _context(args, shape, report)
     deadline = min(args.deadline, time.monotonic() + args.shape_budget_s.get(shape, 240))
-    for i, v in enumerate(other_shape_ladder(args, shape, attn, compile_ok)):
+    for i, v in enumerate(other_shape_ladder(args, shape, attn, compile_ok, head)):
         if _no_time(args, deadline, v):
             res["results"][f"fast_try{i}"] = {"status": "skipped_time"}
             break
@@ -333,9 +337,12 @@ def main(argv: list[str] | None = None) -> int:
         attn = report["attention"].get("chosen", attn)  # a failed fast path resets it
         if kind == "ladder":  # compile only where the first shape's fast path compiled
             results = report["shapes"].get(first, {}).get("results", {})
-            names = ("fast", "fast_default_attention")
+            names = ("fast", "fast_default_attention", "fast_half_micro", "fast_compiled_head")
             statuses = {results[k].get("status") for k in names if k in results}
-            job = (run_ladder, (attn, bool(statuses & {"ok", "oom"})))
+            triton_ok = any(results.get(k, {}).get("status") in ("ok", "oom")
+                            for k in ("fast", "fast_half_micro"))  # fmt: skip
+            job = (run_ladder, (attn, bool(statuses & {"ok", "oom"}),
+                                "triton" if triton_ok else "compiled"))  # fmt: skip
         else:
             essential, extra = first_shape_variants(args, attn)
             job = (run_variants, (essential if kind == "essential" else extra, kind == "essential"))

@@ -68,3 +68,16 @@ def test_failed_fast_path_is_retried_with_default_attention(monkeypatch) -> None
     assert res["agreement"]["pass"] and report["attention"]["chosen"]["uniform"] == "auto"
     assert res["verdict"]["best"] == "fast_default_attention"
     assert res["verdict"]["speed_target_met"] and res["verdict"]["mfu_target_met"]
+
+
+def test_other_shapes_keep_the_head_that_worked_on_the_first() -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import train_step as ts
+
+    args = ts.parse([])
+    attn = {"uniform": "sdpa", "ragged": "loop"}
+    triton = ts.other_shape_ladder(args, "1.7b", attn, True)
+    compiled = ts.other_shape_ladder(args, "1.7b", attn, True, "compiled")
+    assert triton[0]["head"] == "triton" and triton[0]["where"] == "optimizer"
+    assert compiled[0]["head"] == "compiled" and compiled[0]["chunk"] == args.chunk
+    assert ts.other_shape_ladder(args, "4b", attn, True)[0]["ckpt"] == 18

@@ -1,7 +1,8 @@
 """Triton kernels for the lm head's passes over a chunk's logits (training.logprobs "triton" ops).
 
 Covers: `logprobs_lse_entropy` (one pass over each row of bf16 logits: online maximum and
-sum of exponentials, the target's logit, and for the entropy the online sum of p * z) and
+sum of exponentials, rescaled per block as FlashAttention and Liger's cross entropy do, the
+target's logit, and for the entropy the online sum of p * z) and
 `grad_logits_` (the logits' gradient of log p(target) and entropy, written in place over the
 logits). The matmuls around them stay cuBLAS (torch), so a chunk is: logits matmul, one read
 pass (forward); logits matmul, one read + write pass, two matmuls (backward).
@@ -24,7 +25,6 @@ import triton.language as tl
 __all__ = ["grad_logits_", "logprobs_lse_entropy"]
 
 Tensor = torch.Tensor
-NEG = tl.constexpr(-1.0e30)  # a finite "minus infinity": exp(NEG - m) is 0, never NaN
 
 
 @triton.jit
@@ -32,30 +32,26 @@ def _forward_kernel(z_ptr, tgt_ptr, logp_ptr, lse_ptr, ent_ptr, V, stride, inv_t
                     WANT_ENT: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
     row = tl.program_id(0)
     base = z_ptr + row.to(tl.int64) * stride
-    m = tl.full([BLOCK], NEG, tl.float32)  # per lane: running max, sum exp(z - m), sum exp * z
-    s = tl.zeros([BLOCK], tl.float32)
-    t = tl.zeros([BLOCK], tl.float32)
+    m = float("-inf")  # running max, sum of exp(z - m), sum of exp(z - m) * z (online)
+    s = 0.0
+    t = 0.0
     for start in range(0, V, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         ok = cols < V
-        z = tl.load(base + cols, mask=ok, other=0.0).to(tl.float32) * inv_temp
-        z = tl.where(ok, z, NEG)
-        m_new = tl.maximum(m, z)
+        z = tl.load(base + cols, mask=ok, other=float("-inf")).to(tl.float32) * inv_temp
+        m_new = tl.maximum(m, tl.max(z, 0))
         scale = tl.exp(m - m_new)
-        e = tl.where(ok, tl.exp(z - m_new), 0.0)
-        s = s * scale + e
+        e = tl.exp(z - m_new)  # 0 where masked
+        s = s * scale + tl.sum(e, 0)
         if WANT_ENT:
-            t = t * scale + e * tl.where(ok, z, 0.0)
+            t = t * scale + tl.sum(e * tl.where(ok, z, 0.0), 0)
         m = m_new
-    top = tl.max(m, 0)
-    w = tl.exp(m - top)
-    total = tl.sum(s * w, 0)
-    lse = top + tl.log(total)
+    lse = m + tl.log(s)
     z_tgt = tl.load(base + tl.load(tgt_ptr + row)).to(tl.float32) * inv_temp
     tl.store(lse_ptr + row, lse)
     tl.store(logp_ptr + row, z_tgt - lse)
     if WANT_ENT:
-        tl.store(ent_ptr + row, lse - tl.sum(t * w, 0) / total)
+        tl.store(ent_ptr + row, lse - t / s)
 
 
 @triton.jit
@@ -88,7 +84,7 @@ def logprobs_lse_entropy(
     if c:
         _forward_kernel[(c,)](
             z_cv, tgt_c, logp, lse, ent if want_ent else logp, vocab, z_cv.stride(0),
-            float(inv_temp), WANT_ENT=want_ent, BLOCK=2048, num_warps=8,
+            float(inv_temp), WANT_ENT=want_ent, BLOCK=4096, num_warps=8,
         )  # fmt: skip
     return logp, lse, ent
 
