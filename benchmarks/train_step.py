@@ -124,9 +124,9 @@ def first_shape_variants(args, attn: dict) -> tuple[list, list]:
         ("fast", {**best, "profile": args.profile, "agree": True}),
         ("fast_half_micro", {**best, "micro_tokens": args.big_micro // 2, "agree": True}),
         ("fast_compiled_head", {**best, "head": "compiled", "chunk": args.chunk, "agree": True}),
-        ("fast_round1", round1),  # fp32 masters as parameters (autocast), as measured before
     ]
     extra = [  # after the other shapes (round 1 measured these)
+        ("fast_round1", round1),  # fp32 masters as parameters (autocast), as measured before
         ("packed_eager", {**round1, "compile": "off"}),
         ("fast_pure_bf16", {**best, "master": False, "where": "params"}),
         ("trainer_before", {"packing": False, "ckpt": 10**6, "micro_tokens": args.seq, "chunk": 1024}),
