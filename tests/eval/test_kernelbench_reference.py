@@ -12,7 +12,6 @@ rejected in strict mode by the runtime audit (`torch_compute`). Skips when
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,28 +20,12 @@ import pytest
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.evaluator import Evaluator
+from tritonforge.problems.kernelbench import self_candidate
 from tritonforge.types import Problem, Status, Verdict
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kernelbench"
 SAMPLE_IDS = tuple(range(1, 100, 10))  # 1, 11, ..., 91 in each level
-DECOY_KERNEL = """
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _unused_kernel(x_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
-"""
-
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"no KernelBench data in {DATA}")
-
-
-def as_candidate(src: str, decoy: bool = False) -> str:
-    """The reference source with its Model class renamed ModelNew (super() calls included)."""
-    out = re.sub(r"\bModel\b", "ModelNew", src)
-    return out + DECOY_KERNEL if decoy else out
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +70,7 @@ def verdicts(sample: list[Problem]) -> Iterator[dict[tuple[str, str], Verdict]]:
     }
     with Evaluator(EvalSettings(device="cpu")) as ev, ThreadPoolExecutor(2) as pool:
         futures = {
-            (p.id, name): pool.submit(ev.evaluate, p, as_candidate(p.reference_src, decoy), s)
+            (p.id, name): pool.submit(ev.evaluate, p, self_candidate(p.reference_src, decoy), s)
             for p in sample
             for name, (s, decoy) in variants.items()
         }

@@ -101,22 +101,28 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
-def descendants(pid: int) -> list[int]:
+def descendants(pid: int, keep: frozenset[int] = frozenset()) -> list[int]:
+    """Descendants of `pid`, leaving out the subtrees rooted at `keep`."""
     out, stack = [], [pid]
     while stack:
         for c in children_of(stack.pop()):
+            if c in keep:
+                continue
             out.append(c)
             stack.append(c)
     return out
 
 
-def wait_no_descendants(pid: int, timeout: float = 10.0) -> list[int]:
-    """Descendants of `pid` still present after up to `timeout` s (workers are reaped async)."""
+def wait_no_descendants(
+    pid: int, timeout: float = 10.0, keep: frozenset[int] = frozenset()
+) -> list[int]:
+    """Descendants of `pid` still present after up to `timeout` s (workers are reaped async),
+    besides the subtrees at `keep` (the judge's own long-lived timing process)."""
     deadline = time.monotonic() + timeout
-    left = descendants(pid)
+    left = descendants(pid, keep)
     while left and time.monotonic() < deadline:
         time.sleep(0.05)
-        left = descendants(pid)
+        left = descendants(pid, keep)
     return left
 
 

@@ -33,7 +33,9 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
         help="budget in seconds for each phase (import, compile, correctness, timing)",
     )
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials (default 5)")
-    p.add_argument("--reward", help="reward function: tritonforge | kevin | log_speedup")
+    p.add_argument(
+        "--reward", help="reward function: tritonforge | tritonforge_compile | kevin | log_speedup"
+    )
     p.add_argument(
         "--backend",
         choices=["triton", "cuda"],

@@ -66,7 +66,44 @@ class EvalSettings(Section):
     perf_rounds: int = Field(
         5, ge=1, description="candidate/reference timings interleaved in rounds"
     )
-    compile_baseline: bool = Field(False, description="also time torch.compile(reference)")
+    compile_baseline: bool = Field(
+        False,
+        description="also time torch.compile(reference) (compiled once per problem in the "
+        "device's timing process; speedup_vs_compile is null without it)",
+    )
+    timing_clock: Literal["cuda_events", "host"] = Field(
+        "cuda_events",
+        description="cuda_events: device time between CUDA events, floored by host time less "
+        "the fixed sync latency (side-stream work still counts); host: host time around a "
+        "device-wide synchronize",
+    )
+    bootstrap_samples: int = Field(
+        2000, ge=100, le=100000, description="resamples for the speedup's 95% interval"
+    )
+    time_on_cpu: bool = Field(
+        False,
+        description="also run the timing path on the CPU interpreter (its numbers say nothing "
+        "about GPU speed: for testing the timing schedule only)",
+    )
+    device_memory_fraction: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="per-GPU memory budget for concurrent evaluations (judge caches, timing "
+        "process and workers together), as a fraction of the device's memory",
+    )
+    device_memory_gib: float | None = Field(
+        None,
+        gt=0,
+        description="the per-device budget in GiB (overrides device_memory_fraction; the CPU "
+        "has no budget unless this is set)",
+    )
+    worker_context_mb: int = Field(
+        1024,
+        ge=0,
+        description="device memory a worker costs before its tensors (CUDA context, library "
+        "workspaces, caching-allocator slack), counted in each evaluation's admission",
+    )
     min_custom_share: float = Field(
         0.0, ge=0, le=1, description="hybrid: required custom-kernel share"
     )
@@ -113,5 +150,13 @@ class EvalSettings(Section):
     def cache_key(self) -> dict:
         """Settings that change a verdict (the secret seed is left out on purpose)."""
         return self.model_dump(
-            mode="json", exclude={"secret_seed", "device_index", "reference_cache_mb"}
+            mode="json",
+            exclude={
+                "secret_seed",
+                "device_index",
+                "reference_cache_mb",
+                "device_memory_fraction",
+                "device_memory_gib",
+                "worker_context_mb",
+            },
         )

@@ -336,3 +336,22 @@ def scale_kernelbench(
 
 
 register_suite(SUITE, load_kernelbench, sizes=tuple(SIZES))
+
+
+DECOY_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _unused_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+"""
+
+
+def self_candidate(reference_src: str, decoy: bool = False) -> str:
+    """The reference with its Model class renamed ModelNew (super() calls included); with
+    `decoy`, an unused @triton.jit kernel added (strict mode must still reject it)."""
+    out = re.sub(r"\bModel\b", "ModelNew", reference_src)
+    return out + DECOY_KERNEL if decoy else out

@@ -13,6 +13,7 @@ line; the logic is the visitor below.)
 from __future__ import annotations
 
 import ast
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -400,6 +401,9 @@ def _reference_reuse(tree: ast.Module, model_new: ast.AST) -> Finding | None:
 
 
 Rule = Callable[[ast.Module], list[Finding]]
+# ast.parse from several judge threads at once raised "SystemError: AST constructor recursion
+# depth mismatch" (CPython 3.11's AST conversion keeps its depth in shared state)
+_PARSE_LOCK = threading.Lock()
 
 
 def run_static(source: str | None, mode: str = "strict", backend: str = "triton") -> StaticResult:
@@ -407,7 +411,8 @@ def run_static(source: str | None, mode: str = "strict", backend: str = "triton"
     if source is None or not source.strip():
         return StaticResult(Status.NO_CODE, None, "the response contained no code")
     try:
-        tree = ast.parse(source)
+        with _PARSE_LOCK:
+            tree = ast.parse(source)
     except SyntaxError as exc:
         where = f"line {exc.lineno}, column {exc.offset}" if exc.lineno else "unknown position"
         text = (exc.text or "").rstrip()

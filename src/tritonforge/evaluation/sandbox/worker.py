@@ -3,9 +3,12 @@
 Covers the child side of the protocol: `load` (write the source to scratch, arm the audit, import,
 build ModelNew with the judge's seed and init inputs), `run` (one correctness trial: inputs from
 shared memory, forward under audit, outputs back through a memfd), `time` (warmup and timed
-trials with captured timers, L2 flush, device-wide synchronize) and `exit`. Every reply is a
-JSON object; failures carry a status name and a trimmed message. Reference outputs never exist
-here: the judge keeps them.
+trials: timing_loop.py, the same code for candidates and references), `ref_load`/`ref_drop`
+(the device's trusted timing process: reference_host.py) and `exit`. Every reply is a JSON
+object; failures carry a status name and a trimmed message, and a device out-of-memory error
+anywhere in a request (the candidate's code or ours) is answered as `out_of_resources` with the
+memory figures of the moment instead of ending the process. Reference outputs never exist here:
+the judge keeps them.
 
 Does not cover: isolation (sandbox.py, applied before `main`), judging (judge.py).
 """
@@ -13,7 +16,6 @@ Does not cover: isolation (sandbox.py, applied before `main`), judging (judge.py
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import socket
 import sys
@@ -22,9 +24,11 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox import audit
+from tritonforge.evaluation.sandbox import audit, reference_host, timing_loop
 from tritonforge.evaluation.sandbox.classify import (
     classify_exception,
+    is_device_oom,
+    memory_facts,
     raised_in_kernel,
     trim_traceback,
 )
@@ -39,8 +43,6 @@ from tritonforge.evaluation.sandbox.protocol import (
     unpack_buffer,
 )
 from tritonforge.types import Status
-
-L2_FLUSH_BYTES = 256 * 1024 * 1024
 
 
 def warm_gpu_driver() -> bool:
@@ -97,7 +99,10 @@ class Worker:
         self.path = ""
         self.kernel_codes: set = set()
         self.flush: torch.Tensor | None = None
-        self.timing_inputs: tuple[str, list[Any]] | None = None  # (descriptor, device inputs)
+        # per timed model ("" = the candidate): (memfd identity + descriptor, device inputs)
+        self.timing_inputs: dict[str, tuple[str, list[Any]]] = {}
+        self.references: dict[str, reference_host.Loaded] = {}  # the timing process's models
+        self.references_profiled = False
         self.shared_in: torch.Tensor | None = None  # the judge's shared device buffers
         self.shared_out: torch.Tensor | None = None
 
@@ -107,13 +112,16 @@ class Worker:
 
     def fail(self, exc: BaseException, phase: str) -> None:
         status = classify_exception(exc, phase, raised_in_kernel(exc, self.kernel_codes))
+        message = trim_traceback(exc, self.path)
+        extra = {"memory": memory_facts(self.device, message)} if is_device_oom(exc) else {}
         self.reply(
             {
                 "ok": False,
                 "status": status.value,
                 "phase": phase,
-                "message": trim_traceback(exc, self.path),
+                "message": message,
                 "audit": self._audit_extra(),
+                **extra,
             }
         )
 
@@ -324,65 +332,27 @@ class Worker:
         return poisoned
 
     def time(self, msg: dict[str, Any], fds: list[int]) -> None:
-        # Every timing round of one evaluation sends the same case (the same memfd, dup'ed):
-        # reuse the device copy. The key names the memfd itself, not only the tensors' geometry.
-        key = (
-            f"{os.fstat(fds[0]).st_ino}:{json.dumps(msg['inputs'], sort_keys=True)}" if fds else ""
-        )
-        if key and self.timing_inputs is not None and self.timing_inputs[0] == key:
-            for fd in fds:
-                os.close(fd)
-            inputs = self.timing_inputs[1]
-        else:
-            inputs = self._inputs(msg, fds)  # views of the shared buffer when there are no fds
-            self.timing_inputs = (key, inputs) if key else None
-        perf_ns = audit.STATE.originals["perf_counter_ns"]
-        cuda = self.device.startswith("cuda")
-        if cuda and self.flush is None:
-            self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
-        times, launches = [], []
-        try:
-            with torch.no_grad():
-                for _ in range(int(msg.get("warmup", 3))):
-                    self.model(*inputs)
-                self._sync()
-                for _ in range(int(msg.get("trials", 10))):
-                    if self.flush is not None:
-                        self.flush.zero_()
-                    self._sync()
-                    audit.STATE.launch_count = 0
-                    audit.STATE.active = audit.STATE.light = True
-                    t0 = perf_ns()
-                    self.model(*inputs)
-                    self._sync()  # device-wide: side-stream work is included
-                    t1 = perf_ns()
-                    audit.STATE.active = audit.STATE.light = False
-                    times.append((t1 - t0) / 1e6)
-                    launches.append(audit.STATE.launch_count)
-        except BaseException as exc:
-            audit.STATE.active = audit.STATE.light = False
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            self.fail(exc, "timing")
-            return
-        self.reply(
-            {"ok": True, "times_ms": times, "launches": launches, "audit": self._audit_extra()}
-        )
+        timing_loop.time_op(self, msg, fds)
+
+    def _timing_inputs(self, key: str, msg: dict[str, Any], fds: list[int]) -> list[Any]:
+        return timing_loop.timing_inputs(self, key, msg, fds)
 
     def loop(self) -> int:
+        ops = {
+            "load": self.load,
+            "run": self.run,
+            "time": self.time,
+            "ref_load": lambda m, f: reference_host.load(self, m, f),
+            "ref_drop": lambda m, f: reference_host.drop(self, m, f),
+        }
         while True:
             msg, fds = self.reader.recv(None)
             op = msg.get("op")
-            if op == "load":
-                self.load(msg, fds)
-            elif op == "run":
-                self.run(msg, fds)
-            elif op == "time":
-                self.time(msg, fds)
-            elif op == "exit":
+            if op == "exit":
                 self.reply({"ok": True})
                 return 0
-            else:
+            handler = ops.get(op)
+            if handler is None:
                 self.reply(
                     {
                         "ok": False,
@@ -390,6 +360,13 @@ class Worker:
                         "message": f"unknown op {op!r}",
                     }
                 )
+                continue
+            try:
+                handler(msg, fds)
+            except Exception as exc:  # outside the candidate's guarded calls (our copies, ...)
+                if not is_device_oom(exc):
+                    raise
+                self.fail(exc, str(op))
 
 
 def _kernel_codes(module: Any) -> set:
