@@ -12,10 +12,13 @@ gradient sum and fp32 Adam moments.
     `fused` (`torch._fused_adamw_`, the kernel torch.optim.AdamW(fused=True) calls) or the same
     update in foreach ops, then rounds the masters to the bf16 parameters (round to nearest even).
 Numerics against fp32 parameters + bf16 autocast: matmuls identical (both bf16 with fp32
-accumulation); weight gradients identical (bf16 out of the matmul, summed in fp32); masters,
-moments and the update identical (fp32). The differences: ops autocast keeps in fp32 with fp32
-weights (the norm-weight multiply, for one) run in bf16 here, and the forward reads weights
-rounded once per step rather than cast per op (the same values).
+accumulation, on the same bf16 values of the weights: rounded once per step here, cast per op
+there); matmul weight gradients identical (bf16 out of the matmul, summed in fp32 over
+micro-batches); masters, moments and the update identical (fp32). The differences: ops that
+autocast leaves in fp32 with fp32 weights (the norm-weight multiply) run in bf16 here, and the
+gradients of the other parameters (norm weights; a tied embedding's lookup and lm-head parts,
+added by autograd) are rounded to bf16 once per micro-batch where autocast keeps them fp32.
+tests/unit/test_master_adamw.py measures both modes against each other.
 The state (`master`, `exp_avg`, `exp_avg_sq`, `step`) is ordinary per-parameter optimizer state,
 so torch.distributed.checkpoint saves it under the parameters' names; `load_state_dict` keeps it
 in fp32 (torch would cast it to the bf16 parameter dtype).
