@@ -122,9 +122,9 @@ def first_shape_variants(args, attn: dict) -> tuple[list, list]:
               "uniform": attn["uniform"], "ragged": attn["ragged"]}  # fmt: skip
     essential = [
         ("fast", {**best, "profile": args.profile, "agree": True}),
-        ("fast_half_micro", {**best, "micro_tokens": args.big_micro // 2, "agree": True}),
         ("fast_compiled_head", {**best, "head": "compiled", "chunk": args.chunk, "agree": True}),
-    ]
+        ("fast_half_micro", {**best, "micro_tokens": args.big_micro // 2, "agree": True}),
+    ]  # same shapes first: a new micro-batch size recompiles the layers (then dynamic)
     extra = [  # after the other shapes (round 1 measured these)
         ("fast_round1", round1),  # fp32 masters as parameters (autocast), as measured before
         ("packed_eager", {**round1, "compile": "off"}),
