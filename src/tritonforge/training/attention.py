@@ -17,17 +17,14 @@ carries packing kwargs (`packing_kwargs`) runs the chosen packed function (no dr
 other call runs the model's original attention unchanged. `available(name, device)` says whether a function can
 run here; `resolve` picks one for a row.
 
-The SDPA-based functions (loop, sdpa, sdpa_cudnn, sdpa_flash) always run eagerly, also inside
-compiled decoder layers (a graph break before and after them; `torch.compiler.disable`), on
-inputs laid out as Hugging Face's own SDPA path lays them out ([B, H, L, D] views of
-[B, L, H, D] memory), and their output's gradient reaches the kernel in that same layout
-(`_ContiguousGrad`): the SDPA call is the very call the eager model makes. Why: on an H200,
-the dense path compiled into an inductor graph (tiny model, head dim 16, one layer
-checkpointed) gave gradients 31% off the eager model's while forward values agreed; on the
-CPU the same compiled path agrees. Eager calls take inductor's lowering of SDPA (kernel
-choice on fake tensors, stride constraints) out of the path, and a fixed layout of the output
-gradient keeps cuDNN's cached backward graphs valid: torch caches them by the shapes and
-strides of q, k and v only, yet a graph also fixes the strides of the output gradient.
+The SDPA-based functions (loop, sdpa, sdpa_cudnn, sdpa_flash) run eagerly, also inside compiled
+layers (graph breaks: `torch.compiler.disable`), on HF's own layouts ([B, H, L, D] views of
+[B, L, H, D] memory), their output gradient reaching the kernel in that layout
+(`_ContiguousGrad`): the very call the eager model makes. Why: on an H200 the dense path
+compiled by inductor (tiny model, head dim 16, a checkpointed layer) gave gradients 31% off
+with forward values right (the CPU agrees). Eager calls take inductor's lowering of SDPA out
+of the path, and a fixed gradient layout keeps cuDNN's cached backward graphs valid (torch
+keys them by q/k/v strides only; a graph also fixes the output gradient's strides).
 Does not cover: building packed rows (training.packing) or sliding-window layers (a model with
 them is not packed: `supports_packing`).
 """
