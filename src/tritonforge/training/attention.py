@@ -66,8 +66,7 @@ PREFIX = "tritonforge_"
 
 
 def register(name: str, eager: bool = False) -> Callable[[PackedFn], PackedFn]:
-    """Register a packed attention; `eager` ones never run inside a compiled graph and hand
-    their kernel an output gradient laid out like the output (see the module docstring)."""
+    """Register a packed attention; `eager`: run by `_run_eagerly` (module docstring)."""
 
     def deco(fn: PackedFn) -> PackedFn:
         PACKED_ATTENTION[name] = _run_eagerly(fn) if eager else fn
@@ -89,8 +88,8 @@ class _ContiguousGrad(torch.autograd.Function):
 
 
 def _run_eagerly(fn: PackedFn) -> PackedFn:
-    """`fn` outside any compiled graph; its [1, N, H, D] output must be contiguous, so that its
-    gradient, made contiguous, reaches the SDPA kernel in the layout of the kernel's output."""
+    """`fn` outside compiled graphs; its [1, N, H, D] output is contiguous, so its gradient,
+    made contiguous, reaches the kernel in the kernel's output layout."""
 
     @functools.wraps(fn)
     def run(q: Tensor, k: Tensor, v: Tensor, meta: dict[str, Any], scale: float) -> Tensor:
