@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation import decide
-from tritonforge.evaluation.checks import run_static
-from tritonforge.evaluation.judge import Evaluator, resolve_device
+from tritonforge.evaluation.judge import decide
+from tritonforge.evaluation.judge.checks import run_static
+from tritonforge.evaluation.judge.evaluator import Evaluator, resolve_device
 from tritonforge.problems import load_suite
 
 DEFAULT_PROBLEMS = "relu,softmax,layer_norm,matmul_square,gemm_bias_relu"

@@ -39,7 +39,7 @@ sys.path.insert(0, str(SRC))
 
 import httpx  # noqa: E402
 
-from tritonforge.evaluation.client import EvalClient  # noqa: E402
+from tritonforge.evaluation.service.client import EvalClient  # noqa: E402
 from tritonforge.problems import load_suite  # noqa: E402
 from tritonforge.types import Problem  # noqa: E402
 

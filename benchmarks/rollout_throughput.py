@@ -28,7 +28,7 @@ async def main(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer
 
     from tritonforge.config.eval import EvalSettings
-    from tritonforge.evaluation.judge import Evaluator, LocalBackend
+    from tritonforge.evaluation.judge.evaluator import Evaluator, LocalBackend
     from tritonforge.problems import load_suite
     from tritonforge.rollout.agent import Agent, AgentConfig
     from tritonforge.rollout.engines.base import EngineConfig, SamplingParams, build_engine
@@ -36,7 +36,11 @@ async def main(args: argparse.Namespace) -> dict:
     from tritonforge.rollout.tasks import TaskConfig, build_task
     from tritonforge.rollout.tiny_model import ensure_tiny_model
 
-    path = args.model if Path(args.model, "config.json").exists() else str(ensure_tiny_model(args.model))
+    path = (
+        args.model
+        if Path(args.model, "config.json").exists()
+        else str(ensure_tiny_model(args.model))
+    )
     tok = AutoTokenizer.from_pretrained(path)
     engine = build_engine(EngineConfig(type="hf", model_path=path, max_batch_size=64))
     settings = EvalSettings(device="cpu")
@@ -75,7 +79,9 @@ async def main(args: argparse.Namespace) -> dict:
                 spent["judge"] += time.perf_counter() - busy["since"]
 
     engine.generate, task.judge = timed_generate, timed_judge
-    await agent.run(jobs)  # warm-up with the same batch: fork server, references, CPU kernels per shape
+    await agent.run(
+        jobs
+    )  # warm-up with the same batch: fork server, references, CPU kernels per shape
     spent.update(generate=0.0, judge=0.0, gen_tokens=0)
     t0 = time.perf_counter()
     trajs = await agent.run(jobs)

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge import Evaluator
+from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.problems import load_suite
 from tritonforge.types import Problem, Status, Verdict
 

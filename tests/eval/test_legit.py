@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import hack_corpus as hc
 import pytest
 
-from tritonforge.evaluation.checks import run_static
-from tritonforge.evaluation.judge import Evaluator
+import helpers.hack_corpus as hc
+from tritonforge.evaluation.judge.checks import run_static
+from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge import Evaluator
+from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.problems import load_suite
 from tritonforge.types import Status
 
@@ -24,6 +24,8 @@ def test_sys_path_entry_under_tmp_stays_importable(tmp_path, monkeypatch) -> Non
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pkg), os.environ.get("PYTHONPATH", "")]))
     relu = next(p for p in load_suite("builtin", size="cpu") if p.name == "relu")
     source = "import tf_probe_mod\nassert tf_probe_mod.VALUE == 41\n" + relu.solution_src
-    with Evaluator(EvalSettings(device="cpu", correctness_trials=2)) as ev:  # fork server sees the env
+    with Evaluator(
+        EvalSettings(device="cpu", correctness_trials=2)
+    ) as ev:  # fork server sees the env
         v = ev.evaluate(relu, source)
     assert v.status is Status.CORRECT, v.message

@@ -12,7 +12,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge import Evaluator
+from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.problems import load_suite
 from tritonforge.training.repair_data import MUTATIONS, judge_all, mutate
 from tritonforge.training.sft_data import builtin_pairs
@@ -25,7 +25,11 @@ def test_every_variant_accepts_its_base_solution() -> None:
     probs = load_suite("variants", size="cpu")
     with Evaluator(SETTINGS) as ev, ThreadPoolExecutor(2) as pool:
         verdicts = list(pool.map(lambda p: ev.evaluate(p, p.solution_src), probs))
-    bad = {p.id: (v.status.value, v.message[:200]) for p, v in zip(probs, verdicts) if v.status is not Status.CORRECT}
+    bad = {
+        p.id: (v.status.value, v.message[:200])
+        for p, v in zip(probs, verdicts)
+        if v.status is not Status.CORRECT
+    }
     assert not bad
 
 
@@ -47,6 +51,6 @@ def test_mutations_are_rejected_and_cached(tmp_path, monkeypatch) -> None:
     def no_judge(*a, **k):
         raise AssertionError("judged although cached")
 
-    monkeypatch.setattr("tritonforge.evaluation.judge.Evaluator", no_judge)
+    monkeypatch.setattr("tritonforge.evaluation.judge.evaluator.Evaluator", no_judge)
     again = judge_all(broken, SETTINGS, str(tmp_path), workers=2)
     assert [b.verdict.status for b in again] == [b.verdict.status for b in judged]

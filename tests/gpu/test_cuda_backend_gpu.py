@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge import Evaluator
+from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.problems import load_suite
 from tritonforge.types import Status
 

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.devshare import ExportedBuffer
-from tritonforge.evaluation.judge import Evaluator
+from tritonforge.evaluation.judge.evaluator import Evaluator
+from tritonforge.evaluation.sandbox.devshare import ExportedBuffer
 from tritonforge.problems import load_suite
 from tritonforge.types import Status
 
@@ -34,7 +34,7 @@ pytestmark = [
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 _CHILD = r"""
 import sys, torch
-from tritonforge.evaluation.devshare import ImportedBuffer
+from tritonforge.evaluation.sandbox.devshare import ImportedBuffer
 fd, nbytes, size = (int(a) for a in sys.argv[1:4])
 buf = ImportedBuffer(fd, "cuda:0", nbytes, size)
 x = buf.tensor()

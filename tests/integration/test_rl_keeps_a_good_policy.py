@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tritonforge.commands.demo import DEMO_PROBLEMS, DemoConfig, run_one
+from tritonforge.commands.demo import run_one
 from tritonforge.config import with_overrides
+from tritonforge.config.demo import DEMO_PROBLEMS, DemoConfig
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 
 from tritonforge.commands.bench_model import pass_at_k
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge import Evaluator, LocalBackend
+from tritonforge.evaluation.judge.evaluator import Evaluator, LocalBackend
 from tritonforge.problems import load_suite
 from tritonforge.rollout.agent import Agent, AgentConfig, ChatFrame
 from tritonforge.rollout.engines.base import EngineConfig, SamplingParams, build_engine

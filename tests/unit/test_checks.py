@@ -1,4 +1,4 @@
-"""Static rules (evaluation/checks.py, kernel_checks.py) and the strict-mode glue allowlist (glue.py).
+"""Static rules (evaluation/judge/checks.py, kernel_checks.py) and the strict-mode glue allowlist (glue.py).
 
 Covers: for every static rule a minimal source that triggers it and a close one that must not
 (e.g. `self.modules()` is fine, `sys.modules` is not); which rules apply in hybrid mode; the
@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from tritonforge.evaluation.checks import ALWAYS, run_static
-from tritonforge.evaluation.glue import GLUE, classify_op
+from tritonforge.evaluation.judge.checks import ALWAYS, run_static
+from tritonforge.evaluation.sandbox.glue import GLUE, classify_op
 from tritonforge.types import Status
 
 KERNEL = """
@@ -80,7 +80,7 @@ CASES = [
     ),
     (
         "forbidden_import",
-        model(OK_FORWARD, "from tritonforge.evaluation import audit"),
+        model(OK_FORWARD, "from tritonforge.evaluation.sandbox import audit"),
         model(OK_FORWARD, "from collections import namedtuple"),
     ),
     ("forbidden_import", model(OK_FORWARD, "from . import sibling"), model(OK_FORWARD)),

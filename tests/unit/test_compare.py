@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.compare import compare, output_bytes, tf32_hint
+from tritonforge.evaluation.judge.compare import compare, output_bytes, tf32_hint
 from tritonforge.types import Status
 
 TOL = EvalSettings().tolerance  # fp32 1e-4, fp16 1e-2, bf16 2e-2, fp64 1e-7

@@ -1,5 +1,5 @@
-"""Trusted decisions on worker reports (evaluation/decide.py) and the audit hook's event rules
-(evaluation/audit_hook.py), on hand-made facts.
+"""Trusted decisions on worker reports (evaluation/judge/decide.py) and the audit hook's event rules
+(evaluation/sandbox/audit_hook.py), on hand-made facts.
 
 Covers: the order of decide_audit's rules, strict vs hybrid, the caching check (stale outputs,
 provenance failures on the repeated call), the hybrid minimum share, audit_switches, the
@@ -14,9 +14,10 @@ from __future__ import annotations
 import pytest
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation import audit_hook, decide
-from tritonforge.evaluation.audit_hook import Origin
-from tritonforge.evaluation.audit_state import STATE
+from tritonforge.evaluation.judge import decide
+from tritonforge.evaluation.sandbox import audit_hook
+from tritonforge.evaluation.sandbox.audit_hook import Origin
+from tritonforge.evaluation.sandbox.audit_state import STATE
 from tritonforge.types import Status
 
 CLEAN = {"launches_ok": 2, "snapshotted": 2, "wrote_any": True, "ops": {}, "violations": []}
@@ -184,7 +185,7 @@ def test_import_guard_blocks_forbidden_roots(monkeypatch: pytest.MonkeyPatch) ->
     audit_hook.guard_module(ns)
     imp = ns["__builtins__"]["__import__"]
     assert imp("math").__name__ == "math"
-    for name in ("socket", "tritonforge.evaluation.audit", "posix", "ctypes.util"):
+    for name in ("socket", "tritonforge.evaluation.sandbox.audit", "posix", "ctypes.util"):
         with pytest.raises(ImportError, match="blocked"):
             imp(name)
     with pytest.raises(ImportError, match="relative"):

@@ -22,7 +22,7 @@ import time
 import pytest
 import torch
 
-from tritonforge.evaluation.protocol import (
+from tritonforge.evaluation.sandbox.protocol import (
     DTYPES,
     MAX_DEPTH,
     MAX_TENSORS,

@@ -102,7 +102,7 @@ def test_repair_chats_from_cached_verdicts_train_only_the_fix(tok, tmp_path, mon
     def no_judge(*a, **k):  # every verdict is cached: the evaluator must not start
         raise AssertionError("judged although cached")
 
-    monkeypatch.setattr("tritonforge.evaluation.judge.Evaluator", no_judge)
+    monkeypatch.setattr("tritonforge.evaluation.judge.evaluator.Evaluator", no_judge)
     chats = repair_data.repair_chats(pairs, cfg)
     assert [c.messages[2]["content"] for c in chats] == [
         pair_to_chat(

@@ -21,9 +21,9 @@ from fastapi.testclient import TestClient
 from tritonforge.config import ConfigError
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.server import TOKEN_ENV, ServerConfig
-from tritonforge.evaluation.client import EvalClient
-from tritonforge.evaluation.server import create_app
-from tritonforge.evaluation.service import EvalService, Job
+from tritonforge.evaluation.service.client import EvalClient
+from tritonforge.evaluation.service.server import create_app
+from tritonforge.evaluation.service.service import EvalService, Job
 from tritonforge.problems import load_suite
 from tritonforge.types import Problem, Status, Verdict
 
@@ -46,7 +46,7 @@ SLOW_BODY = "        import time\n        time.sleep(4.0)\n"
 
 @pytest.fixture(scope="module")
 def evaluator():
-    from tritonforge.evaluation.judge import Evaluator
+    from tritonforge.evaluation.judge.evaluator import Evaluator
 
     ev = Evaluator(EvalSettings(device="cpu"))
     yield ev
@@ -119,7 +119,10 @@ def test_compat_eval_shape(api):
     assert ok["metadata"]["correctness_trials"] == "(5 / 5)"
     wrong = api.post("/eval", json={**base, "custom_model_src": WRONG}).json()
     assert wrong["compiled"] is True and wrong["correctness"] is False
-    assert wrong["metadata"]["max_difference"] == ["1.000000"]
+    # x + 1 - x in fp32 is 1 up to one ulp of x: inputs drawn from the judge's random secret
+    # (the scaled distribution reaches |x| ~ 16) printed 1.000001 at times
+    (diff,) = wrong["metadata"]["max_difference"]
+    assert abs(float(diff) - 1.0) < 1e-5
     bad = api.post("/eval", json={**base, "custom_model_src": "class ModelNew(:\n"}).json()
     assert bad["compiled"] is False and "SyntaxError" in bad["metadata"]["compilation_error"]
     missing = api.post("/eval", json={"custom_model_src": "x"})

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from train_helpers import one_thread, tiny_lm, trajectories  # noqa: F401 (autouse fixture)
 
+from helpers.train import tiny_lm, trajectories
 from tritonforge.config.train import TrainerConfig
 from tritonforge.training.batching import TrainSequence, prepare_sequences
 from tritonforge.training.core import frozen_logprobs
 from tritonforge.training.rl import RLTrainer
 from tritonforge.training.step_guard import max_logprob_drop, protected_tokens, select_guard_set
 from tritonforge.types import Status, Verdict
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def seq(ids, index=0) -> TrainSequence:

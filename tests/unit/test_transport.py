@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 
 import pytest
 import torch
 
-from tritonforge.evaluation.classify import classify_exception
-from tritonforge.evaluation.devshare import DevShareError, ExportedBuffer
-from tritonforge.evaluation.protocol import (
+from tritonforge.evaluation.judge.reference import Case
+from tritonforge.evaluation.judge.transport import Transport
+from tritonforge.evaluation.sandbox.classify import classify_exception
+from tritonforge.evaluation.sandbox.devshare import DevShareError, ExportedBuffer
+from tritonforge.evaluation.sandbox.protocol import (
     DTYPES,
     ProtocolError,
     pack,
@@ -29,8 +32,6 @@ from tritonforge.evaluation.protocol import (
     unpack,
     unpack_buffer,
 )
-from tritonforge.evaluation.reference import Case
-from tritonforge.evaluation.transport import Transport
 from tritonforge.types import Status
 
 
@@ -155,7 +156,7 @@ def test_devshare_refuses_a_cpu_device() -> None:
 
 
 def test_worker_answers_a_malformed_offer_with_an_error() -> None:
-    from tritonforge.evaluation.worker import Worker
+    from tritonforge.evaluation.sandbox.worker import Worker
 
     a, b = socket.socketpair()
     r, w = os.pipe()
@@ -200,13 +201,19 @@ def test_offer_without_a_cuda_driver_falls_back_to_memfds(caplog: pytest.LogCapt
 
 
 def test_judge_device_lock_is_one_reentrant_lock_per_device() -> None:
-    from tritonforge.evaluation.gpu_lock import judge_device
+    from tritonforge.evaluation.judge.gpu_lock import device_lock, judge_device
 
-    a, b = judge_device("cuda:0"), judge_device("cuda:1")
-    assert a is judge_device("cuda:0") and a is not b
-    with a, a:  # re-entrant: transport calls inside a held section must not deadlock
+    a, b = device_lock("cuda:0"), device_lock("cuda:1")
+    assert a is device_lock("cuda:0") and a is not b
+    with judge_device("cuda:0"), judge_device("cuda:0"):  # re-entrant: nested sections
         assert b.acquire(blocking=False)
         b.release()
+        # the lock is held by this thread: another thread cannot take it meanwhile
+        got: list[bool] = []
+        t = threading.Thread(target=lambda: got.append(a.acquire(blocking=False)))
+        t.start()
+        t.join()
+        assert got == [False]
 
 
 def test_overlapping_regions_cannot_multiply_the_judges_copies() -> None:
@@ -225,7 +232,7 @@ def test_overlapping_regions_cannot_multiply_the_judges_copies() -> None:
 def test_judge_merges_the_workers_mutation_report_defensively(facts: object) -> None:
     # Regression (review): a malformed `mutated` from the worker raised TypeError in the judge,
     # turning a candidate that did mutate its inputs into an internal_error.
-    from tritonforge.evaluation.judge import merge_mutated
+    from tritonforge.evaluation.judge.evaluator import merge_mutated
 
     merged = merge_mutated(facts, [2])
     assert 2 in merged["mutated"] and all(type(x) is int for x in merged["mutated"])

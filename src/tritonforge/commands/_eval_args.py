@@ -1,20 +1,31 @@
 """Shared command-line options for commands that evaluate candidates.
 
-Covers: adding the evaluation flags to a parser and turning them into an `EvalSettings`
-(config file, then `--set` overrides, then explicit flags). Does not cover: evaluating.
+Covers: adding the evaluation flags to a parser (with `--preset`, `--eval-config`, `--set`,
+`--print-config`, `--list-keys`) and turning them into an `EvalSettings` (preset, then config
+file, then `--set` overrides, then explicit flags). Does not cover: checking them
+(plan.runs.resolve_eval) or evaluating.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from tritonforge.config import load_config
-from tritonforge.config.eval import EvalSettings
+from pydantic import ValidationError
+
+from tritonforge.commands._config_args import add_config_args
+from tritonforge.config import ConfigError, describe_errors
+from tritonforge.config.eval import PRESETS, EvalSettings, load_eval_settings
 
 
 def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device", choices=["auto", "cpu", "cuda"], help="where kernels run (default auto)"
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="rules to judge by: strict (default, ours), kernelbench (KernelBench's), tritonforge "
+        "(the original release's); other flags and --set apply on top (docs/presets.md)",
     )
     p.add_argument(
         "--mode",
@@ -28,7 +39,9 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
         help="budget in seconds for each phase (import, compile, correctness, timing)",
     )
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials (default 5)")
-    p.add_argument("--reward", help="reward function: tritonforge | kevin | log_speedup")
+    p.add_argument(
+        "--reward", help="reward function: tritonforge | tritonforge_compile | kevin | log_speedup"
+    )
     p.add_argument(
         "--backend",
         choices=["triton", "cuda"],
@@ -38,32 +51,34 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compile-baseline", action="store_true", help="also time torch.compile(reference)"
     )
-    p.add_argument("--eval-config", metavar="TOML", help="EvalSettings as TOML")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a setting, e.g. --set perf_trials=100",
-    )
+    add_config_args(p, EvalSettings, flag="--eval-config", example="perf_trials=100")
 
 
 def settings_from_args(args: argparse.Namespace) -> EvalSettings:
-    s = load_config(EvalSettings, args.eval_config, args.set)
-    for flag, field in (
+    s = load_eval_settings(args.eval_config, args.set, getattr(args, "preset", None))
+    flags = [
         ("device", "device"),
         ("mode", "mode"),
         ("trials", "correctness_trials"),
         ("reward", "reward"),
         ("backend", "backend"),
         ("sandbox", "sandbox"),
-    ):
+    ]
+    for flag, field in flags:
         value = getattr(args, flag, None)
         if value is not None:
-            setattr(s, field, value)
+            _assign(s, field, value, flag)
     if args.compile_baseline:
         s.compile_baseline = True
     if args.timeout is not None:
         for name in ("import_s", "compile_s", "correctness_s", "timing_s"):
-            setattr(s.budgets, name, args.timeout)
+            _assign(s.budgets, name, args.timeout, "timeout")
     return s
+
+
+def _assign(section: object, field: str, value: object, flag: str) -> None:
+    try:
+        setattr(section, field, value)
+    except ValidationError as exc:
+        why = describe_errors(type(section), exc)  # type: ignore[arg-type]
+        raise ConfigError(f"--{flag} {value!r}: {why}") from None

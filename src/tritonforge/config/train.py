@@ -20,9 +20,9 @@ from pydantic import Field, field_validator, model_validator
 
 from tritonforge.config import Section
 from tritonforge.config.eval import EvalSettings
+from tritonforge.config.names import unknown_name
 from tritonforge.config.rollout import ProblemsConfig
-from tritonforge.rollout.feedback import FeedbackConfig
-from tritonforge.rollout.prompts import PromptConfig
+from tritonforge.config.task import FeedbackConfig, PromptConfig
 
 __all__ = [
     "BUILTIN_LOSSES",
@@ -45,7 +45,7 @@ BUILTIN_LOSSES = ("grpo", "dr_grpo", "gspo", "grpo_tis", "gspo_tis")
 Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant_norm"]
 
 
-def _known_losses() -> set[str]:
+def known_losses() -> set[str]:
     mod = sys.modules.get("tritonforge.training.losses")
     registered = set(getattr(mod, "LOSSES", {})) if mod is not None else set()
     return set(BUILTIN_LOSSES) | registered
@@ -65,7 +65,25 @@ class ModelConfig(Section):
         description="With bf16: keep fp32 parameters and AdamW states and compute in bf16 "
         "(autocast, or FSDP2 mixed precision); False trains pure bf16 (tiny updates round away).",
     )
+    master_weights: Literal["auto", "params", "optimizer"] = Field(
+        "auto",
+        description="With bf16 and master_fp32, where the fp32 masters live: params (fp32 "
+        "parameters, bf16 autocast compute) or optimizer (bf16 parameters and gradients; the "
+        "optimizer keeps fp32 masters, fp32 gradient sums over micro-batches and fp32 Adam "
+        "moments: no per-op casts, the same update). auto: optimizer in one process, params "
+        "under FSDP (whose mixed precision keeps fp32 shards as the masters).",
+    )
     gradient_checkpointing: bool = Field(False, description="Recompute decoder layers in backward.")
+    checkpoint_layers: int | None = Field(
+        None,
+        ge=0,
+        description="With gradient_checkpointing: how many decoder layers (spread evenly) to "
+        "recompute; None = all. Fewer trade memory for speed.",
+    )
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="torch.compile each decoder layer and the lm-head chunks; auto = on CUDA.",
+    )
     attn_implementation: str = Field(
         "sdpa", description="HF attention backend: sdpa | eager | flash_attention_2 | ..."
     )
@@ -86,6 +104,9 @@ class OptimConfig(Section):
     )
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Decay floor as a fraction of lr.")
     grad_clip: float = Field(1.0, ge=0, description="Max global grad norm; 0 disables clipping.")
+    fused: bool | None = Field(
+        None, description="Fused AdamW kernel; None = fused on CUDA, foreach elsewhere."
+    )
 
     @model_validator(mode="after")
     def _decay_needs_total(self) -> OptimConfig:
@@ -100,8 +121,27 @@ class BatchConfig(Section):
     micro_batch_tokens: int = Field(
         8192,
         ge=1,
-        description="Padded tokens (rows x longest row) per micro-batch; a longer "
-        "sequence still gets a micro-batch of its own.",
+        description="Tokens per micro-batch: packed, the real tokens of its sequences; padded, "
+        "rows x longest row. A longer sequence still gets a micro-batch of its own.",
+    )
+    packing: bool = Field(
+        True,
+        description="Pack several sequences into one row per micro-batch (positions restart "
+        "per sequence, attention stays within it); False pads one sequence per row.",
+    )
+    pack_multiple: int = Field(
+        64, ge=1, description="A packed row is padded up to a multiple of this many tokens."
+    )
+    attention: Literal["auto", "varlen", "flex", "loop"] = Field(
+        "auto",
+        description="Attention over a packed row of unequal sequences: varlen (FlashAttention "
+        "varlen kernel, CUDA), flex (flex_attention), loop (SDPA per sequence); auto = varlen "
+        "on CUDA, loop elsewhere.",
+    )
+    attention_uniform: Literal["auto", "sdpa", "sdpa_cudnn", "sdpa_flash", "same"] = Field(
+        "auto",
+        description="Attention over a packed row of equally long sequences: one batched causal "
+        "SDPA call (auto = sdpa: torch picks the kernel), or `same` as `attention`.",
     )
     max_seq_len: int = Field(8192, ge=2, description="Longer sequences are handled by `overflow`.")
     overflow: Literal["truncate", "drop"] = Field(
@@ -109,6 +149,12 @@ class BatchConfig(Section):
     )
     chunk_tokens: int = Field(
         1024, ge=1, description="Tokens per lm-head chunk (memory ~ chunk x vocab fp32)."
+    )
+    lm_head: Literal["auto", "eager", "compiled", "triton"] = Field(
+        "auto",
+        description="The lm head's passes over each chunk's logits: eager torch, compiled "
+        "(inductor), or triton (one Triton pass each way around cuBLAS matmuls; CUDA only); "
+        "auto = compiled when the model compiles, else eager.",
     )
 
 
@@ -147,9 +193,9 @@ class LossConfig(Section):
     @field_validator("type")
     @classmethod
     def _known_type(cls, value: str) -> str:
-        known = _known_losses()
+        known = known_losses()
         if value not in known:
-            raise ValueError(f"unknown loss {value!r}; known: {sorted(known)}")
+            raise ValueError(unknown_name("loss", value, known))
         return value
 
 

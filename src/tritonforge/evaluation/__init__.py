@@ -1,6 +1,13 @@
 """Evaluation: untrusted candidates are judged here.
 
-Imports nothing from rollout/ or training/. Public entry points: `Evaluator` (judge in this
-process, candidates in sandboxed children) and `EvalBackend` (the async protocol that the HTTP
-client implements too).
+Three sides, one folder each (docs/security.md lists every module and its side):
+- `sandbox/`: exactly the code that runs in the candidate's process (fork server, isolation,
+  worker, in-process audit, the wire protocol and device sharing it speaks).
+- `judge/`: the trusted judge process (`Evaluator`): static checks, reference, comparison,
+  audit decisions, timing, rewards.
+- `service/`: the HTTP service and its client.
+
+Imports nothing from rollout/ or training/. Public entry points: `judge.evaluator.Evaluator`
+(judge in this process, candidates in sandboxed children) and `api.EvalBackend` (the async
+protocol that the HTTP client implements too).
 """

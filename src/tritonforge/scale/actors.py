@@ -55,7 +55,7 @@ class EvalWorker:
     """An evaluator in an actor (see the module docstring)."""
 
     def __init__(self, settings_json: str, index: int = 0) -> None:
-        from tritonforge.evaluation.judge import Evaluator
+        from tritonforge.evaluation.judge.evaluator import Evaluator
 
         base = EvalSettings.model_validate_json(settings_json)
         self.settings = placed_settings(base, _gpu_ids())

@@ -196,7 +196,7 @@ def judge_all(
 ) -> list[Broken]:
     """`broken` with verdicts: from the cache when present, else judged by a fresh Evaluator
     (`workers` at a time, progress bar) and appended to the cache."""
-    from tritonforge.evaluation.judge import Evaluator
+    from tritonforge.evaluation.judge.evaluator import Evaluator
 
     path = Path(cache_dir) / "repair_verdicts.jsonl" if cache_dir else None
     cache = _load_cache(path)

@@ -47,7 +47,13 @@ from tritonforge.training.batching import (
     split_minibatches,
 )
 from tritonforge.training.checkpoint import latest_checkpoint
-from tritonforge.training.core import MetricSums, TrainCore, frozen_logprobs, gather_rows
+from tritonforge.training.core import (
+    MetricSums,
+    TrainCore,
+    frozen_logprobs,
+    gather_rows,
+    make_policy,
+)
 from tritonforge.training.distributed import DistContext, shard_model
 from tritonforge.training.losses import LossInputs, compute_loss
 from tritonforge.training.model import PolicyModel, load_reference, load_tokenizer
@@ -111,7 +117,7 @@ class RLTrainer:
         self.ref: PolicyModel | None = None
         if ref_lm is not None:
             ref_lm = ref_lm.to(self.core.compute_dtype).to(self.ctx.device)
-            self.ref = PolicyModel(ref_lm, cfg.batch.chunk_tokens, self.core.compute_dtype)
+            self.ref = make_policy(ref_lm, cfg.batch, self.core.compute_dtype)
             shard_model(self.ref, ref_lm, cfg.dist, self.ctx)
         self.version = 0
         # known-correct answers the step guard also protects (e.g. the SFT data); see set_anchors

@@ -17,7 +17,7 @@ def launch_relu(x, out):
     n = x.numel()
     relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
 
-from tritonforge.evaluation import audit
+from tritonforge.evaluation.sandbox import audit
 
 
 class ModelNew(nn.Module):

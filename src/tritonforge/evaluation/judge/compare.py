@@ -1,0 +1,269 @@
+"""Comparing a candidate's outputs with the reference's, in the trusted judge process.
+
+Covers: structure (number and kind of outputs), exact shape and dtype, values within per-dtype
+tolerance (|got - expected| <= atol * max(1, rms(expected)) + rtol * |expected|, no broadcasting), the NaN/Inf policy, and
+mismatch details (max/mean abs diff, worst index with expected vs got, count of mismatches).
+Does not cover: how outputs arrive (sandbox/protocol.py) or what the verdict says (evaluator.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tritonforge.evaluation.sandbox.protocol import flatten_tensors
+from tritonforge.types import Mismatch, Status
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+_TF32_OFF = ('input_precision="ieee"', "input_precision='ieee'", "allow_tf32=False")
+
+
+def tf32_hint(source: str, expected: Any) -> str:
+    """Feedback for the most common GPU mismatch: tl.dot on fp32 rounds its inputs to TF32.
+
+    Empty unless the source calls tl.dot without asking for IEEE precision and an expected
+    output is fp32 (on the CPU interpreter tl.dot is exact, so the judge asks only on a GPU).
+    """
+    if "tl.dot(" not in source or any(flag in source for flag in _TF32_OFF):
+        return ""
+    if not any(x.dtype == torch.float32 for x in flatten_tensors(expected)):
+        return ""
+    return (
+        " (hint: on NVIDIA GPUs tl.dot rounds fp32 inputs to TF32 by default, about 1e-3 "
+        'relative error; pass input_precision="ieee" for fp32 accuracy)'
+    )
+
+
+def compare(
+    expected: Any,
+    got: Any,
+    tolerance_of,  # callable: dtype name -> tolerance
+    nan_policy: str = "match",
+    atol: float | None = None,
+    rtol: float | None = None,
+    scale_atol: bool = True,
+) -> tuple[Status, Mismatch | None, str]:
+    """(CORRECT, None, "") or the failing status, its details and a one-line reason.
+    `scale_atol` False: plain torch.allclose semantics (the kernelbench/tritonforge presets)."""
+    exp_items, got_items = _as_list(expected), _as_list(got)
+    if len(exp_items) != len(got_items):
+        return _count_mismatch(exp_items, got_items)
+    for idx, (e, g) in enumerate(zip(exp_items, got_items)):
+        if isinstance(e, torch.Tensor) != isinstance(g, torch.Tensor):
+            return (
+                Status.SHAPE_MISMATCH,
+                Mismatch(trial=0, distribution="", output_index=idx),
+                f"output {idx}: expected a {type(e).__name__}, got a {type(g).__name__}",
+            )
+        if not isinstance(e, torch.Tensor):
+            e_t, g_t = (
+                torch.tensor(float(e)),
+                torch.tensor(float(g)) if isinstance(g, (int, float)) else None,
+            )
+            if g_t is None:
+                return (
+                    Status.SHAPE_MISMATCH,
+                    Mismatch(trial=0, distribution="", output_index=idx),
+                    f"output {idx}: expected a number",
+                )
+            e, g = e_t, g_t
+        status, mm, why = _compare_tensor(
+            e, g, idx, tolerance_of, nan_policy, atol, rtol, scale_atol
+        )
+        if status is not Status.CORRECT:
+            return status, mm, why
+    return Status.CORRECT, None, ""
+
+
+def _count_mismatch(exp_items: list[Any], got_items: list[Any]):
+    return (
+        Status.SHAPE_MISMATCH,
+        Mismatch(trial=0, distribution=""),
+        f"expected {len(exp_items)} outputs, got {len(got_items)}",
+    )
+
+
+def _base(e: torch.Tensor, g: torch.Tensor, idx: int) -> Mismatch:
+    return Mismatch(
+        trial=0,
+        distribution="",
+        output_index=idx,
+        expected_shape=list(e.shape),
+        got_shape=list(g.shape),
+        expected_dtype=str(e.dtype).replace("torch.", ""),
+        got_dtype=str(g.dtype).replace("torch.", ""),
+    )
+
+
+def _layout(e: torch.Tensor, g: torch.Tensor, idx: int, base: Mismatch):
+    """A shape or dtype failure, or None."""
+    if tuple(e.shape) != tuple(g.shape):
+        return (
+            Status.SHAPE_MISMATCH,
+            base,
+            f"output {idx}: expected shape {list(e.shape)}, got {list(g.shape)}",
+        )
+    if e.dtype != g.dtype:
+        return (
+            Status.DTYPE_MISMATCH,
+            base,
+            f"output {idx}: expected dtype {base.expected_dtype}, got {base.got_dtype}",
+        )
+    return None
+
+
+def _compare_tensor(
+    e: torch.Tensor,
+    g: torch.Tensor,
+    idx: int,
+    tolerance_of,
+    nan_policy: str,
+    atol,
+    rtol,
+    scale_atol: bool = True,
+):
+    base = _base(e, g, idx)
+    layout = _layout(e, g, idx, base)
+    if layout is not None:
+        return layout
+    g = g.to(e.device)
+    if e.numel() == 0:
+        return Status.CORRECT, None, ""
+    if e.dtype == torch.bool or not (e.is_floating_point() or e.is_complex()):
+        bad = e != g
+        return _finish(e.float(), g.float(), bad, base, idx, "values differ")
+    tol = tolerance_of(base.expected_dtype)
+    a = tol if atol is None else atol
+    r = tol if rtol is None else rtol
+    # fp16/bf16 are compared in fp32; fp32/fp64 in their own precision (no 2x memory blow-up)
+    ed, gd = (e.float(), g.float()) if e.dtype in (torch.float16, torch.bfloat16) else (e, g)
+    e_fin, g_fin = torch.isfinite(ed), torch.isfinite(gd)
+    if nan_policy == "forbid":
+        nonfinite = ~g_fin
+    else:  # NaN where the reference has NaN, +-Inf where it has the same Inf
+        same_nan = torch.isnan(ed) & torch.isnan(gd)
+        same_inf = torch.isinf(ed) & (ed == gd)
+        nonfinite = (~e_fin | ~g_fin) & ~(same_nan | same_inf)
+    both = e_fin & g_fin
+    absdiff = (ed - gd).abs()  # real even for complex outputs
+    diff = torch.where(both, absdiff, torch.zeros_like(absdiff))
+    # The absolute tolerance is relative to the output's scale: atol * max(1, rms(expected)).
+    # Unit-scale outputs keep the plain atol; a large-magnitude output (a K=4096 matmul on 4x
+    # inputs) tolerates the summation-order noise any correct fp32 kernel has near its zeros.
+    fin = ed[e_fin].abs().float() if scale_atol and bool(e_fin.any()) else None
+    scale = max(1.0, float(fin.square().mean().sqrt())) if fin is not None else 1.0
+    a_eff = a * scale
+    bad = nonfinite | (both & (diff > a_eff + r * ed.abs()))
+    shown = f"atol={a:g} (x{scale:.3g} output scale)" if scale > 1.0 else f"atol={a:g}"
+    return _finish(ed, gd, bad, base, idx, f"values differ beyond {shown}, rtol={r:g}", diff)
+
+
+def _finish(ed, gd, bad, base: Mismatch, idx: int, why: str, diff=None):
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        return Status.CORRECT, None, ""
+    if diff is None:
+        diff = (ed - gd).abs()
+    finite = torch.isfinite(diff)
+    score = torch.where(
+        bad,
+        torch.where(finite, diff, torch.full_like(diff, float("inf"))),
+        torch.full_like(diff, -1.0),
+    )
+    flat = int(torch.argmax(score.reshape(-1)))
+    worst = list(torch.unravel_index(torch.tensor(flat), ed.shape)) if ed.dim() else []
+    fd = diff[finite]
+    base.max_abs_diff = float(fd.max()) if fd.numel() else None
+    base.mean_abs_diff = float(fd.mean()) if fd.numel() else None
+    base.worst_index = [int(i) for i in worst]
+    if not ed.is_complex():  # a complex value does not fit the float fields
+        base.worst_expected = float(ed.reshape(-1)[flat])
+        base.worst_got = float(gd.reshape(-1)[flat])
+    base.mismatched = n_bad
+    base.numel = int(ed.numel())
+    return Status.NUMERICAL_MISMATCH, base, f"output {idx}: {n_bad}/{ed.numel()} elements {why}"
+
+
+def output_bytes(value: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in flatten_tensors(value))
+
+
+# --------------------------------------------------------------------------------------------
+# Nondeterministic references: statistics instead of elements
+# --------------------------------------------------------------------------------------------
+
+STAT_NAMES = ("mean", "std", "mean |x|")
+
+
+def output_stats(value: Any) -> list[tuple[float, float, float, int]]:
+    """Per output tensor: (mean, std, mean |x|) over its finite values and its non-finite count."""
+    out = []
+    for t in flatten_tensors(_as_list(value)):
+        x = t.detach().to(torch.float64).reshape(-1)
+        fin = x[torch.isfinite(x)]
+        if fin.numel() == 0:
+            out.append((0.0, 0.0, 0.0, int(x.numel())))
+            continue
+        std = float(fin.std()) if fin.numel() > 1 else 0.0
+        out.append((float(fin.mean()), std, float(fin.abs().mean()), int(x.numel() - fin.numel())))
+    return out
+
+
+def compare_stats(
+    expected: Any, runs: list[list[tuple[float, float, float, int]]], got: Any, tolerance_of
+) -> tuple[Status, Mismatch | None, str]:
+    """Judge `got` against a nondeterministic reference: the layout of `expected` (one run)
+    exactly, then each output's statistics within the spread of the reference `runs`: inside
+    [lowest - 2 * spread, highest + 2 * spread], widened to the dtype's tolerance times the
+    statistic's scale; no more non-finite values than any run had."""
+    exp_items, got_items = _as_list(expected), _as_list(got)
+    if len(exp_items) != len(got_items):
+        return _count_mismatch(exp_items, got_items)
+    for idx, (e, g) in enumerate(zip(exp_items, got_items)):
+        if not (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)):
+            return compare(e, g, tolerance_of)  # numbers: compared as usual
+        base = _base(e, g, idx)
+        layout = _layout(e, g, idx, base)
+        if layout is not None:
+            return layout
+    mine = output_stats(got)
+    for idx, stats in enumerate(mine):
+        tol = tolerance_of(str(exp_items[idx].dtype).replace("torch.", ""))
+        for k, name in enumerate(STAT_NAMES):
+            values = [r[idx][k] for r in runs]
+            lo, hi = min(values), max(values)
+            margin = max(2.0 * (hi - lo), tol * max(1.0, abs(hi), abs(lo)))
+            if not lo - margin <= stats[k] <= hi + margin:
+                mm = _base(exp_items[idx], got_items[idx], idx)
+                why = (
+                    f"output {idx}: {name} {stats[k]:.6g} outside the range of the reference's "
+                    f"{len(runs)} runs ({lo:.6g} .. {hi:.6g}, margin {margin:.3g})"
+                )
+                return Status.NUMERICAL_MISMATCH, mm, why
+        if stats[3] > max(r[idx][3] for r in runs):
+            mm = _base(exp_items[idx], got_items[idx], idx)
+            return Status.NUMERICAL_MISMATCH, mm, f"output {idx}: {stats[3]} non-finite values"
+    return Status.CORRECT, None, ""
+
+
+def compare_to_reference(case: Any, got: Any, s: Any, problem: Any):
+    """`got` against a reference case (reference.Case): element by element, or by statistics
+    when the reference is nondeterministic (the case carries the statistics of its runs)."""
+    if getattr(case, "stat_runs", None):
+        return compare_stats(case.expected, case.stat_runs, got, s.tolerance)
+    return compare(
+        case.expected,
+        got,
+        s.tolerance,
+        s.nan_policy,
+        problem.atol,
+        problem.rtol,
+        s.atol_scale == "output_rms",
+    )

@@ -1,0 +1,242 @@
+"""Trusted decisions on what the worker reported: which reward-hack rule fires, if any.
+
+Covers: `decide_audit` (after each correctness trial: blocked actions, PyTorch compute in strict
+mode (a PyTorch epilogue after the kernels, `epilogue`, gets its own rule), no launch, outputs not produced by a kernel, decoy launches, aliasing, broadcast outputs,
+results cached across calls (the last trial calls forward twice on the same tensors), minimum
+custom-kernel share in hybrid mode, unsolicited frames), `decide_timing` (timed calls that
+skipped their kernels, implausible speedups), `changed_after_timing` (wrong after the timing
+loop although every trial passed), `audit_record` (the Audit summary for the
+verdict) and `audit_switches` (the in-process audit on/off, for measuring its cost).
+Each rule returns (name, reason); names are documented in docs/security.md.
+Does not cover: collecting the facts (sandbox/audit.py, sandbox/worker.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tritonforge.config.eval import EvalSettings
+from tritonforge.evaluation.judge.timing import roofline_ms
+from tritonforge.evaluation.sandbox.glue import EPILOGUE, base_name
+from tritonforge.hardware import DevicePeaks
+from tritonforge.types import Audit, Problem, Status, Verdict
+
+# Rules reported by the worker that hybrid mode tolerates (KernelBench-style partial replacement).
+HYBRID_TOLERATED = {"host_read"}
+# An epilogue is at most this many PyTorch ops (e.g. sum then div).
+EPILOGUE_MAX_OPS = 2
+# Provenance rules that, on the repeated call of the caching check, mean a cached result.
+_CACHE_SYMPTOMS = {"no_kernel_launch", "output_not_from_kernel", "decoy_launch"}
+
+# The in-process audit of correctness trials (profiler + buffer snapshots + lineage). On by
+# default; benchmarks/defense_cost.py switches it off to measure what it costs.
+IN_PROCESS_AUDIT = True
+
+
+def audit_switches(last_trial: bool = False) -> dict[str, bool]:
+    """Fields of a worker `run` request that switch the in-process audit on or off; the last
+    correctness trial also calls forward twice on the same tensors (the caching check)."""
+    on = IN_PROCESS_AUDIT
+    return {"profile": on, "snapshot": on, "repeat": on and last_trial}
+
+
+def fmt_ops(ops: dict[str, int], n: int = 6) -> str:
+    top = sorted(ops.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"{k} x{v}" for k, v in top)
+
+
+def decide_audit(
+    audit: dict[str, Any], facts: dict[str, Any], s: EvalSettings, unsolicited: bool
+) -> tuple[str, str] | None:
+    """The rule that fires for one correctness trial, as (name, reason), or None."""
+    strict = s.mode == "strict"
+    if unsolicited:
+        return "protocol_violation", "extra messages appeared on the evaluator's channel"
+    for v in audit.get("violations") or []:
+        rule = v.split(":", 1)[0]
+        # host compute is invisible to the share measurement: tolerated only without a minimum
+        if strict or rule not in HYBRID_TOLERATED or s.min_custom_share > 0:
+            return rule, f"{v}"
+    if facts.get("aliased"):
+        return (
+            "output_aliases_input",
+            f"output(s) {facts['aliased']} share memory with the inputs: return new tensors written by your kernels",
+        )
+    if facts.get("stale"):
+        return (
+            "cached_result",
+            f"called twice on the same input tensors, forward returned output(s) {facts['stale']} of the first call unchanged: results must not be cached across calls",
+        )
+    if not strict:
+        share = audit.get("custom_share")
+        if s.min_custom_share > 0 and (share is None or share < s.min_custom_share):
+            return (
+                "insufficient_custom_share",
+                f"custom kernels did {0.0 if share is None else share:.0%} of the work; at least {s.min_custom_share:.0%} is required",
+            )
+        return None
+    hit = _strict_rules(audit, facts, s)
+    if hit and facts.get("repeat") and hit[0] in _CACHE_SYMPTOMS:
+        return (
+            "cached_result",
+            f"on a second call with the same input tensors: {hit[1]}; results must not be cached across calls",
+        )
+    return hit
+
+
+def epilogue(audit: dict[str, Any]) -> dict[str, int]:
+    """The PyTorch ops of one trial that form an epilogue, or {} when there is none or when other
+    PyTorch compute ran too. An epilogue: at most EPILOGUE_MAX_OPS reductions or scales
+    (glue.EPILOGUE) after the last Triton launch, each reading only kernel-written tensors
+    (and scalars), and nothing else computed in PyTorch (the profiler's op list agrees). The
+    worker's log is untrusted JSON: anything malformed means no epilogue."""
+    log, ops = audit.get("compute_log"), audit.get("ops") or {}
+    launches = audit.get("launches")
+    if not isinstance(log, list) or not log or not isinstance(launches, int) or launches < 1:
+        return {}
+    if not isinstance(ops, dict) or len(log) > EPILOGUE_MAX_OPS:
+        return {}
+    names: dict[str, int] = {}
+    for entry in log:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)):
+            return {}
+        name, reads_kernel, before = entry
+        if reads_kernel is not True or before != launches or base_name(name) not in EPILOGUE:
+            return {}
+        key = f"aten::{base_name(name)}"
+        names[key] = names.get(key, 0) + 1
+    profiled = {f"aten::{base_name(str(k))}": v for k, v in ops.items()}
+    return names if profiled == names else {}
+
+
+def _strict_rules(
+    audit: dict[str, Any], facts: dict[str, Any], s: EvalSettings
+) -> tuple[str, str] | None:
+    ops = audit.get("ops") or {}
+    tail = epilogue(audit)
+    if tail:
+        return (
+            "torch_epilogue",
+            f"forward ends with PyTorch {fmt_ops(tail)} on your kernel's output (a final "
+            "reduction or scale after the kernels); strict mode requires every computation in "
+            "your Triton kernels: fold it into the last kernel or add a small one. Hybrid mode "
+            "accepts such an epilogue and reports it",
+        )
+    if ops:
+        return (
+            "torch_compute",
+            f"forward ran PyTorch compute ops ({fmt_ops(ops)}); in strict mode every computation must happen in your Triton kernels (allocation, views, reshapes, dtype casts and parameter access are allowed)",
+        )
+    if s.backend == "triton":
+        hit = _triton_launch_rules(audit, facts)
+        if hit:
+            return hit
+    # (the CUDA C++ backend's kernels run inside the extension, where the launch recorder and
+    # the lineage cannot see them: its outputs are judged by the profiler audit above, the
+    # caching checks and correctness)
+    if facts.get("expanded"):
+        return (
+            "broadcast_output",
+            f"output(s) {facts['expanded']} are broadcast views (stride 0), not materialised results",
+        )
+    return None
+
+
+def _triton_launch_rules(audit: dict[str, Any], facts: dict[str, Any]) -> tuple[str, str] | None:
+    """Outputs must come from Triton launches that wrote something (recorder + lineage)."""
+    if not audit.get("launches_ok"):
+        return "no_kernel_launch", "no Triton kernel was launched during forward"
+    for i, p in enumerate(facts.get("provenance") or []):
+        if not p.get("numel") or p.get("from_kernel") is not False:
+            continue  # empty output, or provenance not tracked
+        if not p.get("launched_on"):
+            return (
+                "output_not_from_kernel",
+                f"output {i} was not written by any Triton kernel launched during forward (nor copied from a kernel's output)",
+            )
+        return (
+            "output_not_from_kernel",
+            f"output {i} was passed to a kernel, but no kernel changed it",
+        )
+    credited = any(p.get("from_kernel") for p in facts.get("provenance") or [])
+    if audit.get("snapshotted") and not audit.get("wrote_any") and not credited:
+        return "decoy_launch", "kernels were launched but none of them wrote to any buffer"
+    return None
+
+
+def decide_timing(
+    v: Verdict,
+    launches: list[int],
+    records: list[dict[str, Any]],
+    still_correct: bool,
+    problem: Problem,
+    nbytes: float,
+    s: EvalSettings,
+    peaks: DevicePeaks | None = None,
+) -> tuple[str, str] | None:
+    expected = min((r.get("launches", 0) for r in records), default=0)
+    if expected > 0 and launches and min(launches) == 0:
+        return (
+            "cached_result",
+            "some timed calls launched no kernel although correctness runs did: results must not be cached across calls",
+        )
+    if v.speedup is None or v.runtime is None:
+        return None
+    bound = roofline_ms(problem.flops, nbytes, peaks)
+    if bound and v.runtime.median_ms < 0.5 * bound:
+        if s.implausible_speedup == "reject":
+            return (
+                "implausible_speedup",
+                f"measured {v.runtime.median_ms:.4f} ms is below the hardware bound of {bound:.4f} ms for this problem",
+            )
+        v.notes.append(f"suspicious: runtime below the roofline bound ({bound:.4f} ms)")
+    if v.speedup > s.max_plausible_speedup:
+        if s.implausible_speedup == "reject":
+            return (
+                "implausible_speedup",
+                f"speedup {v.speedup:.1f}x exceeds the plausible maximum {s.max_plausible_speedup:g}x",
+            )
+        v.notes.append(f"suspicious: speedup {v.speedup:.1f}x above {s.max_plausible_speedup:g}x")
+    return None
+
+
+def changed_after_timing(status: Status, why: str) -> tuple[str, str]:
+    """Rule and message for a candidate that passed every correctness trial on fresh inputs but
+    fails the re-check right after the timing loop: its outputs depend on state the loop built
+    up (a cache keyed to the timed tensor, a call counter)."""
+    return (
+        "changed_after_timing",
+        "correct in every correctness trial, but wrong on fresh inputs right after the timing "
+        f"loop ({status.value}: {why}): outputs must depend only on the current inputs, never on "
+        "state kept across calls (a race in a kernel can also show up here)",
+    )
+
+
+def audit_record(records: list[dict[str, Any]]) -> Audit:
+    """Summary over all correctness trials for the verdict."""
+    if not records:
+        return Audit()
+    ops: dict[str, int] = {}
+    glue: dict[str, int] = {}
+    tail: dict[str, int] = {}
+    kernels: set[str] = set()
+    shares = [r["custom_share"] for r in records if r.get("custom_share") is not None]
+    for r in records:
+        for k, n in (r.get("ops") or {}).items():
+            ops[k] = ops.get(k, 0) + n
+        for k, n in (r.get("glue") or {}).items():
+            glue[k] = glue.get(k, 0) + n
+        for k, n in epilogue(r).items():
+            tail[k] = tail.get(k, 0) + n
+        kernels.update(r.get("kernels") or [])
+    last = records[-1]
+    return Audit(
+        kernel_launches=int(last.get("launches", 0)),
+        kernels=sorted(kernels),
+        torch_ops=ops,
+        glue_ops=glue,
+        custom_share=sum(shares) / len(shares) if shares else None,
+        share_basis=last.get("share_basis"),
+        epilogue_ops=tail,
+        violations=list(last.get("violations") or []),
+    )

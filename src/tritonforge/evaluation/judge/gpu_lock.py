@@ -1,0 +1,45 @@
+"""The judge's own device work, one thread at a time per device, as shared use of the device.
+
+Covers: `judge_device(device)`, held around every piece of GPU work the judge process does
+itself (loading reference models, drawing inputs and computing reference outputs, filling and
+reading shared buffers, comparisons). It takes shared access of the device's gate
+(device_gate.py: no such work runs while a candidate and its reference are timed) and then a
+process-wide lock per device (`device_lock`): the judge's device-wide synchronizes (transport.py)
+must not wait for GPU work other judge threads queued meanwhile. Workers are separate processes
+with their own CUDA contexts; their requests take the gate themselves (candidate.py).
+Re-entrant for the thread that holds it; a no-op for "cpu" (CPU judging times nothing on the
+judge side: its reference runs stay parallel).
+Lock order: after a reference's case lock; only the global RNG lock of reference.py is taken
+inside it.
+Does not cover: exclusivity of timing (device_gate.py, gpu_timing.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from tritonforge.evaluation.judge.device_gate import gate
+
+_LOCKS: dict[str, threading.RLock] = {}
+_GUARD = threading.Lock()
+
+
+def device_lock(device: str) -> threading.RLock:
+    """The process-wide re-entrant lock of `device` ("cuda:0", ...)."""
+    with _GUARD:
+        lock = _LOCKS.get(device)
+        if lock is None:
+            lock = _LOCKS[device] = threading.RLock()
+        return lock
+
+
+@contextmanager
+def judge_device(device: str) -> Iterator[None]:
+    """Shared access to `device` plus its judge lock; a no-op for "cpu"."""
+    if device == "cpu":
+        yield
+        return
+    with gate(device).shared(), device_lock(device):
+        yield

@@ -1,0 +1,200 @@
+"""Timing a correct candidate against its reference, and the post-timing re-check.
+
+Covers: `time_candidate`. Before timing, the timing case and the re-check case are built and the
+device's trusted timing process loads the reference (ref_timer.py; shared access of the device).
+Then, with exclusive access of the device (device_gate.py: no correctness run, compile or judge
+work of ours on it meanwhile), rounds interleave the candidate's worker and the timing process,
+alternating which goes first (ABBA), both running the same timing code in the same kind of
+process (sandbox/timing_loop.py: L2 flush, CUDA-event device time floored by host time). The
+first trial of each side is dropped; speedups are ratios of medians with a 95% bootstrap
+interval. If the timing process dies, it is restarted and the candidate timed again once; a
+second death is a `judge_fault`. Afterwards the candidate is checked once more on fresh inputs,
+and the timing rules of decide.py apply. Called by the Evaluator with itself as `ev`.
+Does not cover: the timing loop (sandbox/timing_loop.py), statistics (timing.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
+from tritonforge.evaluation.judge.compare import compare_to_reference, output_bytes
+from tritonforge.evaluation.judge.decide import changed_after_timing, decide_timing
+from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.ref_timer import ReferenceUnusable, RefTimer, TimerDied
+from tritonforge.evaluation.judge.reference import Case
+from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, device_peaks, stats
+from tritonforge.logging_setup import get_logger
+from tritonforge.types import Status, Verdict
+
+progress = get_logger("evaluation.progress")  # see judge.progress
+
+
+@dataclass
+class Rounds:
+    """Trials of one timing, first trial of each side dropped."""
+
+    cand: list[float] = field(default_factory=list)
+    base: list[float] = field(default_factory=list)
+    comp: list[float] = field(default_factory=list)
+    cand_host: list[float] = field(default_factory=list)
+    base_host: list[float] = field(default_factory=list)
+    comp_host: list[float] = field(default_factory=list)
+    launches: list[int] = field(default_factory=list)
+    clocks: set[str] = field(default_factory=set)
+
+
+def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
+    """Time a correct candidate and fill `v` (timings, speedups and their intervals); a timing
+    rule or the post-timing re-check can still turn `v` into a reward hack."""
+    problem, ref, s = run.problem, run.ref, run.settings
+    progress.debug(
+        "timing: %d rounds against the reference (device's timing process)", s.perf_rounds
+    )
+    case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
+    post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
+    res = ev.resources(run.device)
+    t = time.monotonic()
+    rounds = None
+    for attempt in (1, 2):
+        try:
+            rounds = _timed_rounds(res, run, case, t + s.budgets.timing_s)
+            break
+        except TimerDied as exc:
+            v.notes.append(f"timing attempt {attempt}: {exc}; timing process restarted")
+        except ReferenceUnusable as exc:
+            raise Stop(_judge_fault(f"the reference could not be timed: {exc}")) from None
+    if rounds is None:
+        raise Stop(_judge_fault("the reference timing process died twice; not timed"))
+    run.phases["timing"] = time.monotonic() - t
+    _fill(v, rounds, s.bootstrap_samples)
+    _recheck(ev, run, v, case, post, rounds.launches)
+
+
+def _judge_fault(message: str) -> Verdict:
+    return Verdict(status=Status.JUDGE_FAULT, phase="timing", message=message)
+
+
+def _timed_rounds(res: Any, run: CandidateRun, case: Case, deadline: float) -> Rounds:
+    s = run.settings
+    timer: RefTimer = res.timer
+    left = max(0.1, deadline - time.monotonic())
+    with res.gate.shared() as waited:  # loading and first calls are not timed work
+        run.waited += waited
+        hybrid_gpu = s.mode == "hybrid" and run.device.startswith("cuda")  # Kineto + CUPTI
+        key = timer.prepare(run.ref, case, s.compile_baseline, left, hybrid_gpu)
+    per_round = max(2, s.perf_trials // s.perf_rounds)
+    out = Rounds()
+    with res.gate.exclusive() as waited, _on(run.device):
+        run.waited += waited
+        deadline += waited
+        for r in range(s.perf_rounds):
+            warm, skip = (s.perf_warmup, 1) if r == 0 else (1, 0)
+            sides = ["cand", "base"] + (["comp"] if s.compile_baseline else [])
+            for side in sides if r % 2 == 0 else sides[::-1]:
+                budget = max(0.1, deadline - time.monotonic())
+                if side == "cand":
+                    reply = _candidate_round(run, case, warm, per_round, budget)
+                    out.launches += [int(x) for x in _floats(reply.get("launches"))][skip:]
+                else:
+                    reply = timer.time(
+                        key, side == "comp", case, warm, per_round, s.timing_clock, budget
+                    )
+                getattr(out, side).extend(_floats(reply.get("times_ms"))[skip:])
+                getattr(out, f"{side}_host").extend(_floats(reply.get("host_ms"))[skip:])
+                out.clocks.add(str(reply.get("clock", "host")))
+    return out
+
+
+def _on(device: str) -> Any:
+    return torch.cuda.device(device) if device.startswith("cuda") else _Null()
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _candidate_round(
+    run: CandidateRun, case: Case, warm: int, trials: int, budget: float
+) -> dict[str, Any]:
+    carry, carry_fds = run.session.transport.send(case)
+    msg = {
+        "op": "time",
+        **carry,
+        "warmup": warm,
+        "trials": trials,
+        "clock": run.settings.timing_clock,
+    }
+    reply, extra = run.call(msg, carry_fds, budget, "timing")
+    for fd in extra:  # the worker attaches nothing to this reply
+        os.close(fd)
+    if not reply.get("ok"):
+        raise Stop(failure_verdict(reply, "timing", True))
+    return reply
+
+
+def _floats(xs: Any) -> list[float]:
+    """Trial times from a reply (the candidate's is untrusted JSON): numbers only."""
+    if not isinstance(xs, list):
+        return []
+    return [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
+
+
+def _fill(v: Verdict, r: Rounds, samples: int) -> None:
+    """Timings, speedups and intervals; host times for every side unless all used events."""
+    events = r.clocks == {"cuda_events"} and len(r.cand_host) == len(r.cand)
+    cand, base, comp = (
+        (r.cand, r.base, r.comp) if events else (r.cand_host, r.base_host, r.comp_host)
+    )
+    if not cand or not base:
+        v.notes.append("timing produced no usable trials")
+        return
+    v.timing_clock = "cuda_events" if events else "host"
+    v.runtime, v.ref_runtime = stats(cand, False), stats(base, False)
+    if v.runtime.median_ms > 0:
+        v.speedup = v.ref_runtime.median_ms / v.runtime.median_ms
+        v.speedup_ci = bootstrap_ratio_ci(base, cand, samples)
+    if comp and v.runtime.median_ms > 0:
+        v.ref_compile_runtime = stats(comp, False)
+        v.speedup_vs_compile = v.ref_compile_runtime.median_ms / v.runtime.median_ms
+        v.speedup_vs_compile_ci = bootstrap_ratio_ci(comp, cand, samples)
+
+
+def _recheck(
+    ev: Any, run: CandidateRun, v: Verdict, case: Case, post: Case, launches: list[int]
+) -> None:
+    """The candidate may have changed state during timing: check it once more on fresh inputs."""
+    problem, s = run.problem, run.settings
+    carry, carry_fds = run.session.transport.send(post)
+    reply, fds = run.call(
+        {"op": "run", **carry, "profile": False}, carry_fds, s.budgets.correctness_s, "correctness"
+    )
+    if not reply.get("ok"):
+        for fd in fds:
+            os.close(fd)
+        raise Stop(failure_verdict(reply, "correctness", True))
+    outputs = run.outputs(reply, fds)
+    with judge_device(run.device):
+        status, mm, why = compare_to_reference(post, outputs, s, problem)
+    nbytes = sum(
+        x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
+    ) + output_bytes(case.expected)
+    peaks = device_peaks(run.device) if run.device.startswith("cuda") else None
+    hack = decide_timing(
+        v, launches, run.records, status is Status.CORRECT, problem, nbytes, s, peaks
+    )
+    if hack:
+        v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
+        v.correct = False
+    elif status is not Status.CORRECT:
+        v.status, v.mismatch, v.correct = Status.REWARD_HACK, mm, False
+        v.rule, v.message = changed_after_timing(status, why)

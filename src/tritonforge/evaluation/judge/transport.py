@@ -1,0 +1,206 @@
+"""How one evaluation's tensors travel between the judge and its worker (judge side).
+
+Covers: `Transport`, owned by a Session. On a GPU it offers the worker two shared device buffers
+with the `load` request (inputs in, outputs out; devshare.py), checks that the worker really
+mapped them (a token written by the judge, read back and echoed into the output buffer), and then
+sends each case by one device-to-device copy instead of a host round trip. Outputs the worker
+wrote there are copied once into the judge's private memory before they are compared; the input
+buffer is compared with the judge's own copy after every trial (a mutation check the worker
+cannot influence). Where device sharing is unavailable (CPU, a driver or sandbox without VMM file
+descriptors, `transport = "memfd"`), everything goes through sealed host memfds as before.
+
+Does not cover: value layout and validation (protocol.py), the driver calls (devshare.py).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from typing import Any
+
+import torch
+
+from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.reference import Case
+from tritonforge.evaluation.sandbox.devshare import TOKEN_BYTES, DevShareError, ExportedBuffer
+from tritonforge.evaluation.sandbox.protocol import (
+    ProtocolError,
+    packed_size,
+    unpack,
+    unpack_buffer,
+)
+from tritonforge.logging_setup import get_logger
+
+log = get_logger("evaluation.transport")
+_WARNED: set[str] = set()
+_WARN_LOCK = threading.Lock()
+
+
+class Transport:
+    """Memfds always; shared device buffers once the worker has proved it mapped them."""
+
+    def __init__(self, device: str, mode: str = "auto"):
+        self.device = device
+        self.mode = mode
+        self.inp: ExportedBuffer | None = None
+        self.out: ExportedBuffer | None = None
+        self.inp_t: torch.Tensor | None = None  # flat uint8 views of the two buffers
+        self.out_t: torch.Tensor | None = None
+        self.token = b""
+        self.active = False
+        self.reason = "memfd transport selected" if mode == "memfd" else ""
+        if device == "cpu":
+            self.reason = "cpu device"
+
+    # -- set-up --------------------------------------------------------------------------------
+    def offer(self, case: Case) -> tuple[dict[str, Any], list[int]]:
+        """Fields and fds to add to the `load` request ({} and [] when not offering)."""
+        if self.reason or case.packed is None:
+            self.reason = self.reason or "no device copy of the inputs"
+            return {}, []
+        out_bytes = packed_size(case.expected)
+        try:
+            with judge_device(self.device):
+                return self._offer(case, out_bytes)
+        except Exception as exc:  # no device sharing here: memfds (logged once per reason)
+            self._fall_back(f"{type(exc).__name__}: {str(exc)[:200]}")
+            return {}, []
+
+    def _offer(self, case: Case, out_bytes: int) -> tuple[dict[str, Any], list[int]]:
+        try:
+            self.inp = ExportedBuffer(self.device, max(case.desc["size"], TOKEN_BYTES))
+            self.out = ExportedBuffer(self.device, max(out_bytes, TOKEN_BYTES))
+            # every byte the worker can map starts as zero: freshly created physical memory of
+            # this process's context is not guaranteed to be scrubbed (cached expected outputs)
+            self.inp.tensor(whole=True).zero_()
+            self.out.tensor(whole=True).zero_()
+            self.inp_t, self.out_t = self.inp.tensor(), self.out.tensor()
+            self.token = secrets.token_bytes(TOKEN_BYTES)
+            token = torch.frombuffer(bytearray(self.token), dtype=torch.uint8)
+            self.inp_t[:TOKEN_BYTES].copy_(token)
+            torch.cuda.synchronize(self.inp.device)
+            fds = [self.inp.share()]
+            try:
+                fds.append(self.out.share())
+            except BaseException:
+                os.close(fds[0])
+                raise
+        except BaseException:
+            self.close()
+            raise
+        fields = {"in": self.inp.nbytes, "in_size": self.inp.size}
+        fields.update({"out": self.out.nbytes, "out_size": self.out.size})
+        return {"shared": fields}, fds
+
+    def accept(self, reply: dict[str, Any]) -> None:
+        """After `load`: use the shared buffers only if the worker echoed the token through them."""
+        if self.inp is None or self.out is None:
+            return
+        got = reply.get("shared")
+        if not isinstance(got, dict) or got.get("error"):
+            err = got.get("error") if isinstance(got, dict) else None
+            # the worker's words go to the log only, trimmed: the reason is a fixed key
+            self._fall_back("the worker could not map the shared buffers", str(err or "no answer"))
+            return
+        with judge_device(self.device):
+            echoed = bytes(self.out_t[:TOKEN_BYTES].cpu().tolist())
+        if got.get("token") != self.token.hex() or echoed != self.token:
+            self._fall_back("the shared buffers' token did not round-trip")
+            return
+        self.active = True
+
+    def _fall_back(self, why: str, detail: str = "") -> None:
+        self.reason = why
+        self.active = False
+        self.close()
+        with _WARN_LOCK:
+            if why not in _WARNED:
+                _WARNED.add(why)
+                log.warning(
+                    "device transport unavailable (%s%s): using host memfds",
+                    why,
+                    f": {detail[:300]}" if detail else "",
+                )
+
+    # -- per request ----------------------------------------------------------------------------
+    def send(self, case: Case) -> tuple[dict[str, Any], list[int]]:
+        """Message fields and fds that carry `case`'s inputs."""
+        # shared_out: the worker may write its outputs into the shared buffer (only once accepted)
+        out = {"shared_out": True} if self.active else {}
+        if self.active and case.packed is not None and case.desc["size"] <= self.inp.nbytes:
+            size = case.desc["size"]
+            with judge_device(self.device):
+                if size:
+                    self.inp_t[:size].copy_(case.packed)
+                torch.cuda.synchronize(self.inp.device)  # complete before the worker reads it
+            return {"inputs": case.desc, "shared": True, **out}, []
+        return {"inputs": case.desc, **out}, [os.dup(case.fd)]
+
+    def outputs(self, reply: dict[str, Any], fds: list[int]) -> Any:
+        """The worker's outputs as private tensors on the judge's device. Closes `fds`."""
+        desc = reply.get("outputs") or {}
+        try:
+            if isinstance(desc, dict) and desc.get("shared"):
+                if not self.active:
+                    raise ProtocolError("outputs in a shared buffer that was never offered")
+                if fds:
+                    raise ProtocolError("outputs in the shared buffer came with descriptors")
+                with judge_device(self.device):
+                    value = unpack_buffer(desc, self.out_t, copy=True)
+                    # copied out before the worker writes again
+                    torch.cuda.synchronize(self.out.device)
+                return value
+            if len(fds) != 1:
+                raise ProtocolError(f"expected one output buffer, got {len(fds)}")
+            with judge_device(self.device):
+                return unpack(desc, fds[0], device=self.device)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def mutated(self, case: Case, shared: bool) -> list[int]:
+        """Top-level inputs whose bytes in the shared buffer differ from the judge's copy."""
+        if not (shared and self.active and case.packed is not None):
+            return []
+        with judge_device(self.device):
+            return self._changed(case, self.inp_t)
+
+    @staticmethod
+    def _changed(case: Case, buf: torch.Tensor) -> list[int]:
+        changed = []
+        tree = case.desc.get("tree") or {}
+        for k, node in enumerate(tree.get("v") or []):
+            for i in _tensor_ids(node):
+                meta = case.desc["tensors"][i]
+                lo, hi = meta["offset"], meta["offset"] + meta["nbytes"]
+                if hi > lo and not torch.equal(buf[lo:hi], case.packed[lo:hi]):
+                    changed.append(k)
+                    break
+        return changed
+
+    def close(self) -> None:
+        """Release the shared buffers (after the worker is gone; idempotent)."""
+        self.inp_t = self.out_t = None  # the views go before the mappings
+        for buf in (self.inp, self.out):
+            if buf is not None:
+                try:
+                    with judge_device(self.device):
+                        torch.cuda.synchronize(buf.device)
+                        buf.close()
+                except (DevShareError, RuntimeError) as exc:
+                    log.warning("releasing a shared buffer failed: %s", exc)
+        self.inp = self.out = self.inp_t = self.out_t = None
+        self.active = False
+
+
+def _tensor_ids(node: Any) -> list[int]:
+    if not isinstance(node, dict):
+        return []
+    if node.get("t") == "tensor":
+        return [node["i"]]
+    out: list[int] = []
+    children = node.get("v") if node.get("t") in ("list", "tuple") else None
+    for child in children or []:
+        out.extend(_tensor_ids(child))
+    return out
