@@ -94,6 +94,30 @@ def test_per_turn_normalisation_ragged_group() -> None:
     assert NORMALIZERS["none"]([[1.0, 2.0]], 0.0) == [[1.0, 2.0]]
 
 
+def test_one_failure_in_a_group_hand_computed() -> None:
+    """Issue 15's candidate "normalisation when a group has one failure", ruled in as a cause
+    only together with Adam (docs/benchmarks.md): three correct (0.3) and one failed (0.0)
+    first turns. mean 0.225, population std sqrt(3 * 0.075^2 + 0.225^2) / 2 = 0.129904, so the
+    failure gets -0.225 / 0.129904 = -sqrt(3) and each correct answer +1/sqrt(3); the sum is 0.
+    The scale does not depend on the reward gap: a 0.01 gap gives the same advantages. The
+    failure's second turn (the only turn-2 sample) gets 0 from its own column, and its first
+    turn keeps its turn-0 advantage whether or not the repair worked (the return carries it)."""
+    out = NORMALIZERS["zscore"]([[0.3], [0.3], [0.3], [0.0, 0.3]], 1e-6)
+    root3 = math.sqrt(3)
+    assert [r[0] for r in out] == pytest.approx([1 / root3] * 3 + [-root3], abs=1e-4)
+    assert sum(r[0] for r in out) == pytest.approx(0.0, abs=1e-9)
+    assert out[3][1] == 0.0
+    small = NORMALIZERS["zscore"]([[0.01], [0.01], [0.01], [0.0]], 1e-6)
+    assert [r[0] for r in small] == pytest.approx([r[0] for r in out], abs=1e-3)
+    # the buffer puts the turn's value on that turn's response tokens only
+    buf = RolloutBuffer(BufferConfig(group_size=4))
+    kept = buf.add("p", group([[0.3], [0.3], [0.3], [0.0, 0.3]]), policy_version=3).group
+    assert kept is not None
+    failed = kept.trajectories[3]
+    assert failed.advantages[3:5] == pytest.approx([-root3] * 2, abs=1e-4)
+    assert failed.advantages[7:9] == [0.0, 0.0] and set(failed.advantages[:3]) == {0.0}
+
+
 def test_buffer_sets_raw_and_normalised_side_by_side() -> None:
     buf = RolloutBuffer(BufferConfig(group_size=3, epsilon=0.0))
     out = buf.add("p", group([[1.0, 2.0], [3.0], [2.0, 4.0]]), policy_version=3)

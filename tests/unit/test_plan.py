@@ -153,6 +153,22 @@ def test_train_plan_holds_problems_and_evaluation_problems(tmp_path: Path) -> No
     assert plan.run_dir == tmp_path / "run" and plan.policy.source == "tiny" and not plan.ray
 
 
+def test_trainer_scores_at_the_sampling_temperature(tmp_path: Path) -> None:
+    """Issue 15's candidate "temperature in rollouts vs training": log-probs at another
+    temperature than the one sampled at are another policy's, so the plan refuses them."""
+    cfg = _tiny_train(
+        tmp_path,
+        agent={"sampling": {"temperature": 0.7}},
+        trainer={"model": {"path": "runs/tiny-model"}, "rl": {"temperature": 1.0}},
+    )
+    with pytest.raises(PlanError, match=r"trainer.rl.temperature: 1.0 differs from .* 0.7"):
+        resolve_train(cfg)
+    cfg.trainer.rl.temperature = 0.7
+    assert resolve_train(cfg).config.trainer.rl.temperature == 0.7
+    cfg.agent.sampling.temperature = 0.0  # greedy rollouts: any scoring temperature is allowed
+    resolve_train(cfg)
+
+
 def test_evaluation_problems_are_checked_too(tmp_path: Path) -> None:
     cfg = _tiny_train(tmp_path, evaluate={"problems": {"ids": ["tanhh"]}})
     with pytest.raises(PlanError, match=r"evaluate.problems.ids: unknown problem 'tanhh'"):

@@ -149,6 +149,19 @@ def _check_ray() -> None:
         raise PlanError("scale.enabled: Ray is not installed (pip install 'tritonforge[ray]')")
 
 
+def check_temperatures(cfg: TrainRunConfig) -> None:
+    """The trainer scores tokens at the temperature the engine sampled them with: log-probs at
+    another temperature belong to a different policy (wrong gradients, a false rollout/train gap).
+    """
+    sampled, scored = cfg.agent.sampling.temperature, cfg.trainer.rl.temperature
+    if sampled > 0 and abs(sampled - scored) > 1e-9:
+        raise PlanError(
+            f"trainer.rl.temperature: {scored} differs from agent.sampling.temperature "
+            f"{sampled}; the trainer's log-probs must be those of the sampling policy "
+            "(set both)"
+        )
+
+
 def resolve_train(cfg: TrainRunConfig, pending: Iterable[str] = (), ray: bool = False) -> TrainPlan:
     """Check everything an RL run needs, in the order a user reads the config."""
     pending = tuple(pending)
@@ -167,6 +180,7 @@ def resolve_train(cfg: TrainRunConfig, pending: Iterable[str] = (), ray: bool = 
         reference = check_model("trainer.model.reference_path", model.reference_path, pending)
     if cfg.trainer.dist.backend == "nccl":
         check_gpu("trainer.dist.backend", "the nccl backend")
+    check_temperatures(cfg)
     if cfg.weight_sync == "state_dict" and cfg.engine.type != "hf":
         raise PlanError("weight_sync: state_dict needs the in-process hf engine; use disk or auto")
     ev = cfg.evaluate
