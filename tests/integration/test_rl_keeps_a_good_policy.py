@@ -36,7 +36,7 @@ def near_perfect(run_dir: Path, *extra: str) -> DemoConfig:
             "sft.sft.data.extra_problems=[]",
             "sft.sft.data.repair.mutations=[]",
             "sft.sft.data.prompt.system_template=system",
-            "sft.sft.max_steps=44",
+            "sft.sft.max_steps=100",
             "sft.sft.batch_size=6",
             "sft.optim.lr=2e-3",
             "sft.optim.schedule=constant",

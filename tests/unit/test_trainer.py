@@ -92,6 +92,33 @@ def test_empty_batch_changes_nothing_and_staleness_is_reported():
     assert (m.staleness_max, m.staleness_mean) == (1, 0.5)
 
 
+def test_a_batch_without_signal_does_not_step_the_optimizer():
+    """Issue 15: on a near-perfect policy most batches are all-correct groups (every advantage
+    0). AdamW given a zero gradient after a real step still moves the weights by its momentum,
+    so the last failure's push was applied again on every such step (about 10 times at beta1
+    0.9). The trainer now takes no optimizer step for a batch whose loss has no gradient."""
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.AdamW([w], lr=0.1, weight_decay=0.0)
+    w.grad = torch.tensor([1.0, -1.0, 0.5])
+    opt.step()
+    moved = w.detach().clone()
+    w.grad = torch.zeros(3)
+    opt.step()
+    assert not torch.allclose(w.detach(), moved)  # the mechanism: zero gradient, still a step
+
+    trainer = RLTrainer(config(), model=tiny_lm())
+    trainer.train_step(trajectories(3))
+    before = params(trainer.model)
+    silent = [
+        t.model_copy(update={"advantages": [0.0] * len(t.token_ids)}) for t in trajectories(3)
+    ]
+    m = trainer.train_step(silent)
+    assert (m.updates, trainer.policy_version, m.skipped["skipped_no_signal"]) == (0, 1, 3)
+    assert all(torch.equal(v, params(trainer.model)[k]) for k, v in before.items())
+    with_kl = RLTrainer(config(loss={"kl_coef": 0.1}), model=tiny_lm())
+    assert with_kl.train_step(silent).updates == 1  # a KL term is a signal of its own
+
+
 def test_several_epochs_and_minibatches_use_stored_old_logprobs():
     cfg = config(rl={"ppo_epochs": 2, "num_minibatches": 2}, optim={"lr": 1e-2})
     trainer = RLTrainer(cfg, model=tiny_lm())

@@ -72,8 +72,9 @@ def default_train() -> TrainRunConfig:
     cfg.agent.max_context_tokens = 2048
     cfg.engine.max_batch_size = 128
     cfg.trainer.rl.temperature = 0.7
-    cfg.trainer.rl.max_logprob_drop = 0.1
-    cfg.anchor = demo_sft_data(repair=False)  # the guard also keeps the SFT answers likely
+    # the guard binds on the batch's correct answers only: with the SFT answers as anchors
+    # (`anchor`, drift counted from the first step) every step after the first was undone
+    cfg.trainer.rl.max_logprob_drop = 0.5
     cfg.trainer.optim.lr = 6e-5
     cfg.buffer.group_size = 4
     cfg.evaluate.samples = 4

@@ -147,6 +147,9 @@ class RLTrainer:
         seqs, skipped = prepare_sequences(items, cfg.batch)
         if any(s.advantages is None for s in seqs):
             raise ValueError("every trajectory needs per-token advantages (the buffer fills them)")
+        skipped["skipped_no_signal"] = 0
+        if seqs and not self._has_signal(seqs):
+            skipped["skipped_no_signal"], seqs = len(seqs), []
         has_rollout = bool(seqs) and all(s.rollout_logprobs is not None for s in seqs)
         keys = self._metric_keys(has_rollout)
         seed = cfg.rl.seed * 1_000_003 + self.version
@@ -179,6 +182,16 @@ class RLTrainer:
             self.version += 1
         elapsed = time.perf_counter() - t0
         return self._metrics(seqs, skipped, reduced, gnorms, lr, updates, stale, elapsed)
+
+    def _has_signal(self, seqs: list[TrainSequence]) -> bool:
+        """False when the loss has no gradient: every scored token's advantage is 0 (e.g. all
+        groups answered alike) and no KL or entropy term is weighted. Such a batch must not step
+        the optimizer: AdamW would still move every weight by its momentum, re-applying the last
+        failure's push (about 1 / (1 - beta1) times in all) while nothing asked for it."""
+        loss = self.cfg.loss
+        if loss.kl_coef > 0 or loss.entropy_coef > 0:
+            return True
+        return any(a != 0 for s in seqs for a, m in zip(s.advantages or [], s.loss_mask) if m)
 
     def _guard(self, items: Sequence[Any], seqs: list[TrainSequence]) -> StepGuard:
         """A StepGuard over the batch's correct answers (against the step's start) and the
