@@ -12,28 +12,12 @@ import logging
 import pytest
 import torch
 
-from helpers.train import VOCAB
-from tritonforge.config.train import TrainerConfig
+from helpers.long_context import ROTARY, bf16_vs_fp32_masters, long_lm, trainer_config
 from tritonforge.model_cast import cast_model, restore_rotary, rounded_rotary
-from tritonforge.training.batching import TrainSequence, collate
 from tritonforge.training.core import TrainCore
-from tritonforge.training.model import PolicyModel
 from tritonforge.training.rl import RLTrainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-ROTARY = ["model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"]
-
-
-def long_lm(seed: int = 0) -> torch.nn.Module:
-    """A tiny Qwen3 with Qwen3's rope theta (1e6) and head dim 64, for long positions; weights
-    ten times the usual scale, so attention moves the log-probs visibly."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, head_dim=64, intermediate_size=128,
-                      rope_theta=1e6, max_position_embeddings=8192, initializer_range=0.2)  # fmt: skip
-    torch.manual_seed(seed)
-    return Qwen3ForCausalLM(cfg).float()
 
 
 def fp32_rotary(lm: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -94,11 +78,8 @@ def test_rounded_frequencies_of_an_unknown_rotary_module_are_reported_not_guesse
     assert torch.equal(net[0].inv_freq, before)
 
 
-def _cfg(**model) -> TrainerConfig:
-    return TrainerConfig.model_validate({
-        "model": {"dtype": "bf16", "master_weights": "optimizer", **model},
-        "batch": {"micro_batch_tokens": 4096, "max_seq_len": 4097, "chunk_tokens": 1024},
-    })  # fmt: skip
+def _cfg():
+    return trainer_config(4096)
 
 
 def test_trainer_with_bf16_parameters_keeps_fp32_rotary_and_mends_rounded_ones():
@@ -119,45 +100,13 @@ def test_kl_reference_model_keeps_fp32_rotary():
     assert trainer.ref.lm.model.embed_tokens.weight.dtype == torch.bfloat16
 
 
-def _logp_and_grads(policy, mbs: list, lm: torch.nn.Module) -> tuple[torch.Tensor, dict]:
-    """Per-token log-probs of the one sample, and every gradient (fp32) of a weighted NLL."""
-    for mb in mbs:
-        logp = policy(mb, 1.0, False)[0]
-        w = mb.mask * (1 + 0.5 * mb.advantages)
-        (-(logp * w).sum() / w.sum()).backward()
-    return logp[0].detach().float(), {n: p.grad.float() for n, p in lm.named_parameters()}
-
-
-def _grad_rel(got: dict, want: dict) -> float:
-    num = sum(float((got[n] - want[n]).norm() ** 2) for n in want)
-    return (num / sum(float(g.norm() ** 2) for g in want.values())) ** 0.5
-
-
 def test_bf16_parameter_path_agrees_with_fp32_masters_at_long_positions():
     """The regression at the trainer's level: one 4096-token sample through the bf16-parameter
     trainer (packed, fp32 masters in the optimizer) against the same weights as fp32
     parameters under autocast (the fp32-master path), log-probs and gradients; and the same
     trainer with its frequencies rounded as `Module.to` left them, which must fail."""
-    g = torch.Generator().manual_seed(3)
-    ids = torch.randint(0, VOCAB, (4097,), generator=g).tolist()
-    seq = TrainSequence(ids, [0] * 64 + [1] * 4033, [1.0] * 4097, None, 0, 0)
-    ref = PolicyModel(long_lm(), 1024, torch.bfloat16)
-    want_logp, want_grad = _logp_and_grads(ref, [collate([seq])], ref.lm)
-    errs = []
-    for rounded in (False, True):
-        cfg = _cfg()
-        core = TrainCore(cfg.model, cfg.optim, cfg.batch, cfg.dist, lm=long_lm())
-        if rounded:  # the trainer as it was: Module.to(bf16) rounded the frequencies
-            rope = core.lm.model.rotary_emb
-            rope.inv_freq = rope.inv_freq.bfloat16()
-            rope.original_inv_freq = rope.original_inv_freq.bfloat16()
-        logp, grad = _logp_and_grads(core.policy, core.micro_batches([seq]), core.lm)
-        d = (logp - want_logp).abs()
-        errs.append(
-            (float(d[64:256].mean()), float(d[2048:4096].mean()), _grad_rel(grad, want_grad))
-        )
-    (early, late, grad), (_, late_bad, grad_bad) = errs
+    ok, bad = (bf16_vs_fp32_masters(4096, rounded) for rounded in (False, True))
     # measured: bf16 parameters cost ~0.014 at every position and 1.2% of the gradient; bf16
     # frequencies grew the late log-prob error to ~0.12 and the gradient error to ~9%
-    assert late < 0.04 and late < 1.5 * early and grad < 0.03, errs
-    assert late_bad > 0.06 and grad_bad > 0.06, errs
+    assert ok["late"] < 0.04 and ok["late"] < 1.5 * ok["early"] and ok["grad_rel"] < 0.03, ok
+    assert bad["late"] > 0.06 and bad["grad_rel"] > 0.06, bad
