@@ -43,6 +43,9 @@ class CandidateRun:
     records: list[dict[str, Any]] = field(default_factory=list)  # audit record of each trial
     notes: list[str] = field(default_factory=list)
     compiled: bool = False  # a kernel has launched (or, CUDA backend, the extension built and ran)
+    armed: str = ""  # the audit's configuration as the worker reported it at load
+    signatures: list[str] = field(default_factory=list)  # launch signature of each trial
+    reference_work: float | None = None  # hybrid: the reference's compute work (judge/work.py)
 
     def call(
         self, msg: dict[str, Any], fds: list[int], budget: float, phase: str

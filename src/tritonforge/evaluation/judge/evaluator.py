@@ -30,7 +30,9 @@ from tritonforge.evaluation.judge.compare import compare, tf32_hint
 from tritonforge.evaluation.judge.decide import (
     audit_record,
     audit_switches,
+    check_integrity,
     decide_audit,
+    reclassify,
 )
 from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.gpu_lock import judge_device
@@ -46,6 +48,7 @@ from tritonforge.evaluation.judge.rewards import compute_reward
 from tritonforge.evaluation.judge.session import Session
 from tritonforge.evaluation.judge.timing import ReferenceTimer
 from tritonforge.evaluation.judge.transport import Transport
+from tritonforge.evaluation.judge.work import custom_share, reference_work
 from tritonforge.evaluation.judge.workerenv import (
     base_env,
     device_label,
@@ -53,7 +56,7 @@ from tritonforge.evaluation.judge.workerenv import (
     resolve_device,
     worker_spec,
 )
-from tritonforge.evaluation.sandbox.protocol import pack
+from tritonforge.evaluation.sandbox.protocol import map_tensors, pack
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 
@@ -75,6 +78,7 @@ class Evaluator:
         self._servers: dict[str, ForkServer] = {}
         self._timers: dict[str, ReferenceTimer] = {}
         self._compiled: dict[tuple[str, str], Any] = {}
+        self._work: dict[tuple[str, str], float] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self.sandbox_warnings: list[str] = []
@@ -200,6 +204,7 @@ class Evaluator:
             if scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
         v.device = device
+        v.notes = run.notes + [n for n in v.notes if n not in run.notes]  # sandbox warnings: always
         v.stdout_tail = session.stdout.text()
         v.stderr_tail = session.stderr.text()
         v.phase_seconds = {k: round(x, 4) for k, x in phases.items()}
@@ -235,6 +240,7 @@ class Evaluator:
             run.phases["cuda_init"] = float(reply["cuda_init_s"])
         if not reply.get("ok"):
             return failure_verdict(reply, "import", False)
+        run.armed = str(((reply.get("audit") or {}).get("integrity") or {}).get("armed") or "")
         tr = session.transport
         tr.accept(reply)
         with self._lock:
@@ -274,7 +280,13 @@ class Evaluator:
             "trials_total": s.correctness_trials,
             "trials_passed": i,
         }
-        hack = decide_audit(reply["audit"], reply.get("facts") or {}, s, run.session.unsolicited)
+        audit, facts = reply["audit"], reply.get("facts") or {}
+        # the first trial's calls may do one-off work (autotuning, a weight layout): not compared
+        history = run.signatures[1:] if i > 0 else None
+        hack = check_integrity(run.armed, audit) or decide_audit(
+            audit, facts, s, run.session.unsolicited, history
+        )
+        run.signatures.append(str(facts.get("signature")))
         if hack:
             return Verdict(
                 status=Status.REWARD_HACK, rule=hack[0], message=hack[1], phase=phase, **common
@@ -299,6 +311,20 @@ class Evaluator:
             msg = f"forward modified its input(s) {mutated} in place; inputs must be left unchanged"
             return Verdict(status=Status.INPUT_MUTATED, message=msg, phase="correctness", **common)
         return None
+
+    def _share(self, run: CandidateRun, case: Case, audit: dict[str, Any]) -> float | None:
+        """Hybrid: the custom-kernel share of this trial by work (judge/work.py); the reference's
+        own work is profiled once per problem and device, here in the judge."""
+        key = (run.problem.id, run.device)
+        if not audit.get("ops"):
+            return 1.0  # PyTorch computed nothing
+        if run.settings.mode != "hybrid":
+            return None  # strict rejects the compute anyway; no shapes were recorded
+        if key not in self._work and audit.get("op_shapes"):
+            with run.ref.lock, judge_device(run.device):
+                inputs = [map_tensors(v, lambda t: t.clone()) for v in case.inputs]
+                self._work[key] = reference_work(run.ref.model, inputs, run.device)
+        return custom_share(audit.get("op_shapes"), self._work.get(key))
 
     def _run(self, run: CandidateRun) -> Verdict:
         s, session = run.settings, run.session
@@ -334,6 +360,8 @@ class Evaluator:
             seen = session.transport.mutated(case, bool(carry.get("shared")))
             if seen:
                 reply["facts"] = merge_mutated(reply.get("facts"), seen)
+            reclassify(reply["audit"])  # the judge's glue list, not the worker's
+            reply["audit"]["custom_share"] = self._share(run, case, reply["audit"])
             run.records.append(reply["audit"])
             stop = self._check_trial(run, i, dist, reply, outputs, case.expected)
             run.phases["check"] = run.phases.get("check", 0.0) + time.monotonic() - t

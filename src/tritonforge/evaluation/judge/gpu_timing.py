@@ -17,7 +17,13 @@ import torch
 
 from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
 from tritonforge.evaluation.judge.compare import compare, output_bytes
-from tritonforge.evaluation.judge.decide import changed_after_timing, decide_timing
+from tritonforge.evaluation.judge.decide import (
+    audit_switches,
+    changed_after_timing,
+    check_integrity,
+    decide_audit,
+    decide_timing,
+)
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.timing import stats
 from tritonforge.evaluation.sandbox.protocol import unpack_buffer
@@ -33,7 +39,7 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
     with judge_device(device):  # the reference's inputs: a device-to-device copy of the case
         dev_inputs = list(unpack_buffer(case.desc, case.packed, keep_strides=True))
     per_round = max(2, s.perf_trials // s.perf_rounds)
-    cand, base, comp, launches = [], [], [], []
+    cand, base, comp, launches, signatures = [], [], [], [], []
     t = time.monotonic()
     deadline = t + s.budgets.timing_s
     with ev.timing_lock(device), torch.cuda.device(device):
@@ -57,6 +63,7 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
                 raise Stop(failure_verdict(reply, "timing", True))
             cand += reply["times_ms"][1:] if r == 0 else reply["times_ms"]
             launches += reply["launches"]
+            signatures += [str(x) for x in reply.get("signatures") or []]
             # no other judge thread puts work on the device while the reference is timed: its
             # device-wide synchronize would wait for that work too (not held across the worker's
             # round, so a slow candidate cannot stall the judge's other evaluations)
@@ -72,11 +79,15 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
     if comp:
         v.ref_compile_runtime = stats(comp, False)
         v.speedup_vs_compile = v.ref_compile_runtime.median_ms / v.runtime.median_ms
-    # The candidate may have changed state during timing: check it once more on fresh inputs.
+    # The candidate may have changed state during timing: check it once more on fresh inputs,
+    # fully audited (a candidate that behaves only while profiled is profiled right after).
     post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
     carry, carry_fds = session.transport.send(post)
     reply, fds = run.call(
-        {"op": "run", **carry, "profile": False}, carry_fds, s.budgets.correctness_s, "correctness"
+        {"op": "run", **carry, **audit_switches()},
+        carry_fds,
+        s.budgets.correctness_s,
+        "correctness",
     )
     if not reply.get("ok"):
         for fd in fds:
@@ -90,7 +101,15 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
     nbytes = sum(
         x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
     ) + output_bytes(case.expected)
-    hack = decide_timing(v, launches, run.records, status is Status.CORRECT, problem, nbytes, s)
+    history = run.signatures[1:]
+    facts = reply.get("facts") or {}
+    signatures.append(str(facts.get("signature")))
+    hack = check_integrity(run.armed, reply["audit"]) or decide_audit(
+        reply["audit"], facts, s, session.unsolicited, None
+    )
+    hack = hack or decide_timing(
+        v, launches, run.records, status is Status.CORRECT, problem, nbytes, s, signatures, history
+    )
     if hack:
         v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
         v.correct = False

@@ -10,6 +10,8 @@ docs/security.md; a change here is a change to what strict mode accepts, so it n
 
 from __future__ import annotations
 
+import hashlib
+
 ALLOCATION = {
     "empty",
     "empty_like",
@@ -95,10 +97,15 @@ METADATA = {
     "record_stream",
     "_version",
 }
-GLUE = ALLOCATION | VIEWS | LAYOUT | METADATA
+GLUE = frozenset(ALLOCATION | VIEWS | LAYOUT | METADATA)
 
 
 def classify_op(name: str) -> str:
     """'glue' or 'compute' for a profiler event name like 'aten::add' or 'aten::copy_'."""
     base = name.split("::", 1)[-1].split(".", 1)[0]
     return "glue" if base in GLUE else "compute"
+
+
+def glue_digest(glue: frozenset[str] = GLUE) -> str:
+    """A short digest of the allowlist: the worker reports its own, the judge compares."""
+    return hashlib.sha256(",".join(sorted(glue)).encode()).hexdigest()[:16]

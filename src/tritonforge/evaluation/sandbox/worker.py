@@ -1,13 +1,15 @@
 """Worker: the sandboxed child that imports one candidate and runs what the judge asks.
 
-Covers the child side of the protocol: `load` (write the source to scratch, arm the audit, import,
-build ModelNew with the judge's seed and init inputs), `run` (one correctness trial: inputs from
-shared memory, forward under audit, outputs back through a memfd), `time` (warmup and timed
-trials with captured timers, L2 flush, device-wide synchronize) and `exit`. Every reply is a
-JSON object; failures carry a status name and a trimmed message. Reference outputs never exist
-here: the judge keeps them.
+Covers the child side of the protocol: `load` (write the source to scratch, warm the profiler,
+install the seccomp filter, arm the audit, seal the process, import, build ModelNew with the
+judge's seed and init inputs), `run` (one correctness trial: inputs from shared memory, forward
+under audit, the outputs checked to be plain tensors and copied out inside the audited scope;
+the last trial first calls forward once more on the same tensors, light, for the caching check),
+`time` (warmup and timed trials with captured timers, L2 flush, device-wide synchronize; every
+timed call's launch signature) and `exit`. Every reply is a JSON object; failures carry a status
+name and a trimmed message. Reference outputs never exist here: the judge keeps them.
 
-Does not cover: isolation (sandbox.py, applied before `main`), judging (judge.py).
+Does not cover: isolation (isolation.py, applied before `main`), judging (judge/).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox import audit
+from tritonforge.evaluation.sandbox import audit, outputs, sealed, seccomp
 from tritonforge.evaluation.sandbox.classify import (
     classify_exception,
     raised_in_kernel,
@@ -31,9 +34,6 @@ from tritonforge.evaluation.sandbox.classify import (
 from tritonforge.evaluation.sandbox.protocol import (
     Reader,
     flatten_tensors,
-    map_tensors,
-    pack,
-    pack_into,
     send_msg,
     unpack,
     unpack_buffer,
@@ -80,7 +80,7 @@ def preload() -> None:
         with torch.autograd.profiler.profile(use_kineto=False) as prof:
             torch.relu(torch.zeros(4))
         prof.function_events  # noqa: B018
-    audit.preload()
+    audit.preload(cpu=os.environ.get("CUDA_VISIBLE_DEVICES", None) == "")
     if torch.cuda.is_initialized():
         raise RuntimeError("CUDA was initialised in the fork server; children could not use it")
 
@@ -122,6 +122,7 @@ class Worker:
         return {
             "violations": list(audit.STATE.violations),
             "launches_ok": sum(1 for x in audit.STATE.launches if x.ok),
+            "integrity": audit.integrity(),
         }
 
     def _sync(self) -> None:
@@ -181,8 +182,50 @@ class Worker:
         cuda_init_s = time.perf_counter() - t0
         shared = self._map_shared(msg["shared"], fds[1:]) if "shared" in msg else None
         init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds[:1])
+        if self.report.refused:
+            self._refuse(self.report.refused)
+            return
+        self._warm_profiler()
+        why = seccomp.install()  # no new thread from here on (and no mknod, io_uring, ptrace...)
+        if why:
+            self.report.warnings.append(why)
         allow = ("triton", "library") if msg.get("backend") == "cuda" else ("triton",)
         audit.arm(self.path, scratch, allow, strict=self.mode == "strict")
+        sealed.seal()
+        if self._import_candidate(msg, init_inputs):
+            self.reply(
+                {
+                    "ok": True,
+                    "sandbox": {
+                        "namespaces": self.report.namespaces,
+                        "user": self.report.user,
+                        "warnings": self.report.warnings,
+                        "threads": threading.active_count(),
+                    },
+                    "audit": self._audit_extra(),
+                    "cuda_init_s": cuda_init_s,
+                    **({"shared": shared} if shared is not None else {}),
+                }
+            )
+
+    def _refuse(self, why: str) -> None:
+        self.reply(
+            {
+                "ok": False,
+                "status": Status.INTERNAL_ERROR.value,
+                "phase": "sandbox",
+                "message": f"the sandbox refused to run the candidate: {why}",
+            }
+        )
+
+    def _warm_profiler(self) -> None:
+        """Start and stop the audit's profiler once before the thread block: whatever it sets up
+        on first use (with shapes, as hybrid mode uses it) exists before the candidate runs."""
+        with torch.autograd.profiler.profile(use_kineto=False, record_shapes=True) as prof:
+            torch.zeros(2, device=self.device).add_(1)
+        prof.function_events  # noqa: B018
+
+    def _import_candidate(self, msg: dict[str, Any], init_inputs: list[Any]) -> bool:
         phase = "import"
         try:
             spec = importlib.util.spec_from_file_location("candidate", self.path)
@@ -201,53 +244,43 @@ class Worker:
                         "audit": self._audit_extra(),
                     }
                 )
-                return
+                return False
             phase = "init"
             torch.manual_seed(int(msg["init_seed"]))
             model = module.ModelNew(*init_inputs)
             if isinstance(model, torch.nn.Module):
                 model = model.to(self.device)
             self.model = model
+            return True
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             self.fail(exc, phase)
-            return
-        self.reply(
-            {
-                "ok": True,
-                "sandbox": {
-                    "namespaces": self.report.namespaces,
-                    "user": self.report.user,
-                    "warnings": self.report.warnings,
-                },
-                "audit": self._audit_extra(),
-                "cuda_init_s": cuda_init_s,
-                **({"shared": shared} if shared is not None else {}),
-            }
-        )
+            return False
 
     def run(self, msg: dict[str, Any], fds: list[int]) -> None:
         inputs = self._inputs(msg, fds)
-        clean = [map_tensors(v, lambda t: t.clone()) for v in inputs]
-        cuda = self.device.startswith("cuda")
+        clean = outputs.clean_copies(inputs)
+        ptrs = outputs.input_ptrs(inputs)
         t0 = time.perf_counter()
-        in_tensors = [t for v in inputs for t in flatten_tensors(v)]
         try:
             # repeat: a first call on the same tensors, its outputs poisoned (caching check)
-            poisoned = self._first_call(inputs, in_tensors) if msg.get("repeat") else set()
+            first = self._first_call(inputs, ptrs) if msg.get("repeat") else None
+            audit.begin_call(ptrs)
             with (
                 torch.no_grad(),
                 audit.forward_scope(
                     profile=bool(msg.get("profile", True)),
                     snapshot=bool(msg.get("snapshot", True)),
-                    cuda=cuda,
-                    # CUDA activity (CUPTI) only for hybrid mode's custom-kernel share by time
-                    cuda_activity=cuda and self.mode == "hybrid",
+                    cuda=self.device.startswith("cuda"),
+                    shapes=self.mode == "hybrid",  # op shapes: the judge's work estimate
                 ) as box,
             ):
                 out = self.model(*inputs)
                 self._sync()
+                outs = self._checked(out)
+                shared = self.shared_out if msg.get("shared_out") else None
+                desc, out_fds = outputs.copy_out(out, shared)  # inside the audited scope
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -256,38 +289,9 @@ class Worker:
         seconds = time.perf_counter() - t0
         rec: audit.ForwardRecord = box["record"]
         audit.tamper_check()
-        out_tensors = flatten_tensors(out)
-        facts = {
-            "mutated": _mutated(inputs, clean),
-            "aliased": [
-                i for i, o in enumerate(out_tensors) if any(_overlaps(o, x) for x in in_tensors)
-            ],
-            "provenance": audit.provenance(out_tensors, rec),
-            "expanded": [i for i, o in enumerate(out_tensors) if 0 in o.stride() and o.numel() > 1],
-            "repeat": bool(msg.get("repeat")),
-            "stale": audit.stale(out_tensors, poisoned),
-        }
-        fds: list[int] = []
-        try:
-            shared = self.shared_out is not None and msg.get("shared_out")
-            desc = pack_into(out, self.shared_out) if shared else None
-            if desc is not None:  # straight into the judge's shared output buffer
-                desc["shared"] = True
-                self._sync()
-            else:
-                desc, fd = pack(out, seal=False)
-                fds.append(fd)
-        except Exception as exc:
-            self.reply(
-                {
-                    "ok": False,
-                    "status": Status.RUNTIME_ERROR.value,
-                    "phase": "forward",
-                    "message": f"forward returned a value that cannot be compared: {exc}",
-                    "audit": self._audit_extra(),
-                }
-            )
-            return
+        facts = outputs.facts(inputs, clean, outs, rec, first[0] if first else None)
+        if first is not None:
+            facts["first_signature"], facts["first_launches"] = first[1], first[2]
         record = {
             "launches": len(rec.launches),
             "launches_ok": sum(1 for x in rec.launches if x.ok),
@@ -296,32 +300,42 @@ class Worker:
             "snapshotted": sum(1 for x in rec.launches if x.changed is not None),
             "ops": rec.ops,
             "glue": rec.glue,
-            "custom_share": rec.custom_share,
-            "share_basis": rec.share_basis,
+            "op_shapes": rec.shapes,
             "violations": list(audit.STATE.violations),
+            "integrity": audit.integrity(),
         }
         try:
             self.reply(
                 {"ok": True, "outputs": desc, "facts": facts, "audit": record, "seconds": seconds},
-                fds,
+                out_fds,
             )
         finally:
-            for fd in fds:
+            for fd in out_fds:
                 os.close(fd)
 
-    def _first_call(self, inputs: list[Any], in_tensors: list[torch.Tensor]) -> set[int]:
-        """Forward once on `inputs` (launches counted, tripwires armed, no profile), then poison
-        the outputs' storages so the audited second call cannot return them unchanged."""
-        audit.STATE.active = audit.STATE.light = True
+    def _checked(self, out: Any) -> list[torch.Tensor]:
+        """The output tensors; a value that is not plain tensors is a named violation."""
         try:
-            with torch.no_grad():
-                first = flatten_tensors(self.model(*inputs))
-                self._sync()
-        finally:
-            audit.STATE.active = audit.STATE.light = False
-        poisoned = audit.poison(first, in_tensors)
+            return sealed.output_tree(out)
+        except sealed.OutputRejected as exc:
+            audit.violation("output_type", str(exc))
+            raise
+
+    def _first_call(self, inputs: list[Any], ptrs: dict[int, int]) -> tuple[set[int], str, int]:
+        """Forward once on `inputs` (launches counted with their signature, tripwires armed, no
+        profile), then poison the outputs' storages so the audited second call cannot return
+        them unchanged. Returns (poisoned ptrs, signature digest, launches)."""
+        audit.begin_call(ptrs)
+        with torch.no_grad(), audit.light_scope():
+            out = self.model(*inputs)
+            self._sync()
+        outs = self._checked(out)
+        digest, n = outputs.call_digest(outs)
+        with sealed.guard():
+            in_tensors = [t for v in inputs for t in flatten_tensors(v)]
+            poisoned = audit.poison(outs, in_tensors)
         self._sync()
-        return poisoned
+        return poisoned, digest, n
 
     def time(self, msg: dict[str, Any], fds: list[int]) -> None:
         # Every timing round of one evaluation sends the same case (the same memfd, dup'ed):
@@ -336,38 +350,55 @@ class Worker:
         else:
             inputs = self._inputs(msg, fds)  # views of the shared buffer when there are no fds
             self.timing_inputs = (key, inputs) if key else None
-        perf_ns = audit.STATE.originals["perf_counter_ns"]
-        cuda = self.device.startswith("cuda")
-        if cuda and self.flush is None:
+        if self.device.startswith("cuda") and self.flush is None:
             self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
-        times, launches = [], []
         try:
-            with torch.no_grad():
-                for _ in range(int(msg.get("warmup", 3))):
-                    self.model(*inputs)
-                self._sync()
-                for _ in range(int(msg.get("trials", 10))):
-                    if self.flush is not None:
-                        self.flush.zero_()
-                    self._sync()
-                    audit.STATE.launch_count = 0
-                    audit.STATE.active = audit.STATE.light = True
-                    t0 = perf_ns()
-                    self.model(*inputs)
-                    self._sync()  # device-wide: side-stream work is included
-                    t1 = perf_ns()
-                    audit.STATE.active = audit.STATE.light = False
-                    times.append((t1 - t0) / 1e6)
-                    launches.append(audit.STATE.launch_count)
+            times, launches, sigs = self._timed_calls(inputs, msg)
         except BaseException as exc:
-            audit.STATE.active = audit.STATE.light = False
             if isinstance(exc, KeyboardInterrupt):
                 raise
             self.fail(exc, "timing")
             return
         self.reply(
-            {"ok": True, "times_ms": times, "launches": launches, "audit": self._audit_extra()}
+            {
+                "ok": True,
+                "times_ms": times,
+                "launches": launches,
+                "signatures": sigs,
+                "audit": self._audit_extra(),
+            }
         )
+
+    def _timed_calls(
+        self, inputs: list[Any], msg: dict[str, Any]
+    ) -> tuple[list[float], list[int], list[str]]:
+        """Warmup, then timed calls, each audited cheaply: its launches and their signature."""
+        perf_ns = audit.STATE.originals["perf_counter_ns"]
+        ptrs = outputs.input_ptrs(inputs)
+        times, launches, sigs = [], [], []
+        with torch.no_grad():
+            for _ in range(int(msg.get("warmup", 3))):
+                audit.begin_call(ptrs)
+                with audit.light_scope():
+                    self._checked(self.model(*inputs))
+            self._sync()
+            for _ in range(int(msg.get("trials", 10))):
+                if self.flush is not None:
+                    with sealed.guard():
+                        sealed.CAP.zero_(self.flush)
+                self._sync()
+                audit.begin_call(ptrs)
+                audit.STATE.launch_count = 0
+                with audit.light_scope():
+                    t0 = perf_ns()
+                    out = self.model(*inputs)
+                    self._sync()  # device-wide: side-stream work is included
+                    t1 = perf_ns()
+                times.append((t1 - t0) / 1e6)
+                launches.append(audit.STATE.launch_count)
+                sigs.append(outputs.call_digest(self._checked(out))[0])
+                del out
+        return times, launches, sigs
 
     def loop(self) -> int:
         while True:
@@ -412,31 +443,6 @@ def _kernel_codes(module: Any) -> set:
                 break
             fn = getattr(fn, "fn", None)
     return codes
-
-
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
-        return False
-    sa, sb = a.untyped_storage(), b.untyped_storage()
-    a0, b0 = sa.data_ptr(), sb.data_ptr()
-    return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes()
-
-
-def _mutated(inputs: list[Any], clean: list[Any]) -> list[int]:
-    eq = audit.STATE.originals["torch.equal"]
-    out = []
-    for i, (a, b) in enumerate(zip(inputs, clean)):
-        ta, tb = flatten_tensors(a), flatten_tensors(b)
-        for x, y in zip(ta, tb):
-            if x.shape != y.shape or not eq(_raw(x), _raw(y)):
-                out.append(i)
-                break
-    return out
-
-
-def _raw(t: torch.Tensor) -> torch.Tensor:
-    """Bytes of a tensor's values (NaN-safe equality)."""
-    return t.contiguous().reshape(-1).view(torch.uint8) if t.numel() else t
 
 
 def main(fd: int, spec: dict[str, Any], report: Any) -> int:
