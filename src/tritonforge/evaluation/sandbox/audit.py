@@ -37,6 +37,7 @@ import torch
 
 from tritonforge.evaluation.sandbox import (
     audit_launch,
+    audit_memory,
     audit_profile,
     lineage,
     sealed,
@@ -222,6 +223,8 @@ def preload(cpu: bool) -> None:
     sys.addaudithook(_HOOK)
     _capture()
     audit_launch.install(_HOOK)
+    if cpu:
+        audit_memory.install(_HOOK)
     _install_tripwires(cpu)
     with stubs.Lineage():  # the first dispatch mode in a process costs ~2 s of lazy imports
         torch.zeros(2).clone()

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox import lineage, sealed, stubs
+from tritonforge.evaluation.sandbox import audit_memory, lineage, sealed, stubs
 from tritonforge.evaluation.sandbox.audit_hook import Hook, Trip
 from tritonforge.evaluation.sandbox.audit_state import STATE, Launch, violation
 
@@ -45,7 +45,9 @@ def _tensor_args(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     out = []
     for a in list(args) + list(kwargs.values()):
         t = type(a)
-        if t.__name__ == "TensorWrapper" and t.__module__.startswith("triton"):
+        if t.__name__ in ("TensorWrapper", "TensorDescriptor") and t.__module__.startswith(
+            "triton"
+        ):
             a = a.base
             t = type(a)
         if issubclass(t, torch.Tensor):
@@ -95,7 +97,10 @@ def raw_entry(fn: Any, args: tuple, kwargs: dict) -> tuple[str, str, str, tuple[
     """(kernel, grid, scalar arguments, data ptrs of tensor arguments) of one launch."""
     name = getattr(getattr(fn, "fn", None), "__name__", None) or type(fn).__name__
     grid = kwargs.get("grid")
-    grid_s = "callable" if callable(grid) else repr(grid)[:60]
+    if type(grid) is tuple and all(type(g) is int for g in grid):
+        grid_s = repr(grid)
+    else:
+        grid_s = "callable" if callable(grid) else type(grid).__name__
     scalars = (
         ",".join(_scalar(a) for a in args)
         + ";"
@@ -114,7 +119,8 @@ def signature(raws: list[tuple], input_ptrs: dict[int, int], output_ptrs: list[i
     matched by data pointer (inputs can be views of one shared buffer)."""
     outs = {p: k for k, p in enumerate(output_ptrs)}
     entries = []
-    for name, grid, scalars, ptrs in raws:
+    for raw in raws:
+        name, grid, scalars, ptrs = raw if len(raw) == 4 else raw_entry(*raw)
         roles = []
         for p in ptrs:
             if p in input_ptrs:
@@ -157,12 +163,15 @@ def _launch(hook: Hook, args: tuple, frame: Any) -> None:
     if kw.get("warmup"):
         return
     STATE.launch_count += 1
+    if _INTERPRETER[0]:  # the interpreter's raw memory access is bounded to these buffers
+        with sealed.guard():
+            audit_memory.set_ranges([storage_key(t) for t in _tensor_args(a, kw)])
     if STATE.light:
         if STATE.tuning and STATE.active:  # autotune runs write the real output buffers
             with sealed.guard():
                 lineage.kernel_wrote([storage_key(t)[0] for t in _tensor_args(a, kw)], False)
-        elif STATE.active:
-            STATE.raw.append(raw_entry(fn, a, kw))
+        elif STATE.active:  # summarised once the call is over (timed calls: outside the timer)
+            STATE.raw.append((fn, a, kw))
         if STATE.snapshot or _INTERPRETER[0]:  # the interpreter's own copies: not the candidate's
             STATE.in_launch += 1
             box.append(None)
@@ -193,6 +202,8 @@ def _launch(hook: Hook, args: tuple, frame: Any) -> None:
 def _launched(hook: Hook, args: tuple, frame: Any) -> None:
     _key, box, ok = args
     STATE.in_launch -= 1
+    if not STATE.in_launch:
+        audit_memory.set_ranges([])
     if box[1] is None:  # a light launch
         return
     rec, tensors, snaps, marker = box[1]

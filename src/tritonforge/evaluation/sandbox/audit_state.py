@@ -57,9 +57,11 @@ class AuditState:
     in_launch: int = 0
     hook_busy: bool = False
     launches: list[Launch] = field(default_factory=list)
-    # per call, one (kernel, grid, scalar args, storage ptrs) per launch: the call's signature
-    raw: list[tuple[str, str, str, tuple[int, ...]]] = field(default_factory=list)
-    input_ptrs: dict[int, int] = field(default_factory=dict)  # storage ptr -> input index
+    # per call, one (kernel, grid, scalar args, data ptrs) per launch: the call's signature (light
+    # calls keep (fn, args, kwargs) and are summarised after the call)
+    raw: list[tuple[Any, ...]] = field(default_factory=list)
+    input_ptrs: dict[int, int] = field(default_factory=dict)  # data ptr -> input index
+    ranges: Any = None  # interpreter: (lo, hi) arrays of the storages the launch may touch
     # storage ptr -> its content was last written by a kernel (or copied by glue from such)
     derived: dict[int, bool] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)

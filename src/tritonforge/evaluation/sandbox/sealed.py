@@ -21,7 +21,7 @@ from __future__ import annotations
 import secrets
 import sys
 import types
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -69,11 +69,19 @@ class _Captured:
 CAP = _Captured()
 
 
-@contextmanager
-def guard():
+class guard:
     """Our own tensor code on the candidate's tensors: no Python-level torch overrides run."""
-    with _DisableTorchFunction(), _ExcludeKeys(_PY_KEYS):
-        yield
+
+    __slots__ = ("a", "b")
+
+    def __enter__(self) -> None:
+        self.a, self.b = _DisableTorchFunction(), _ExcludeKeys(_PY_KEYS)
+        self.a.__enter__()
+        self.b.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.b.__exit__(*exc)
+        self.a.__exit__(*exc)
 
 
 def bytes_of(t: torch.Tensor) -> torch.Tensor:

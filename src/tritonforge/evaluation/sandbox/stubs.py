@@ -82,6 +82,18 @@ def bench_property(key: int) -> Any:
     return property(do_bench)
 
 
+def memory_entry(key: int) -> Any:
+    """The CPU interpreter's raw memory access (`load`, `store`, atomics): every address is
+    checked against the buffers of the launch in progress."""
+
+    def access(*args):
+        box: list[Any] = []
+        _audit("tritonforge.memory", key, args, box)
+        return box[0](*args)
+
+    return access
+
+
 def os_open(key: int) -> Any:
     """`os.open`: a name relative to `dir_fd` (or to the cwd) is resolved to an absolute path
     before the real call, so the hook judges the file that is really opened."""
@@ -125,6 +137,7 @@ STUB_CODES = (
     launch_entry(0).__code__,
     bench_entry(0).__code__,
     bench_property(0).fget.__code__,
+    memory_entry(0).__code__,
     os_open(0).__code__,
     guarded_import(0).__code__,
     _dispatch.__code__,

@@ -28,6 +28,7 @@ import torch
 from tritonforge.evaluation.sandbox import audit, outputs, sealed, seccomp
 from tritonforge.evaluation.sandbox.classify import (
     classify_exception,
+    kernel_codes,
     raised_in_kernel,
     trim_traceback,
 )
@@ -41,48 +42,6 @@ from tritonforge.evaluation.sandbox.protocol import (
 from tritonforge.types import Status
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
-
-
-def warm_gpu_driver() -> bool:
-    """GPU fork servers: load Triton's CUDA driver utilities (compiled with a C compiler on first
-    use) here, once, so no worker pays for it. Returns False if that touched CUDA in a way that
-    breaks forked children (checked by a throw-away child that must be able to use the GPU)."""
-    try:
-        from triton.runtime import driver
-
-        driver.active.utils  # noqa: B018 - builds/loads cuda_utils without creating a context
-    except Exception:
-        return True
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            torch.zeros(1, device="cuda").add_(1)
-            torch.cuda.synchronize()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
-
-
-def preload() -> None:
-    """Imports and wrappers done once in the fork server, inherited by every worker."""
-    import traceback  # noqa: F401
-
-    import torch.profiler
-
-    # Warm the legacy profiler used by the audit (cheap; Kineto is avoided here because it would
-    # initialise CUDA in the fork server, and a forked child cannot use CUDA after that).
-    # Not on GPU fork servers: on a CUDA build even the legacy profiler initialises the driver,
-    # after which forked children cannot use CUDA (seen on the H200).
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
-        with torch.autograd.profiler.profile(use_kineto=False) as prof:
-            torch.relu(torch.zeros(4))
-        prof.function_events  # noqa: B018
-    audit.preload(cpu=os.environ.get("CUDA_VISIBLE_DEVICES", None) == "")
-    if torch.cuda.is_initialized():
-        raise RuntimeError("CUDA was initialised in the fork server; children could not use it")
 
 
 class Worker:
@@ -233,7 +192,7 @@ class Worker:
             audit.guard_module(module.__dict__)
             sys.modules["candidate"] = module
             spec.loader.exec_module(module)
-            self.kernel_codes = _kernel_codes(module)
+            self.kernel_codes = kernel_codes(module)
             if not isinstance(getattr(module, "ModelNew", None), type):
                 self.reply(
                     {
@@ -421,28 +380,6 @@ class Worker:
                         "message": f"unknown op {op!r}",
                     }
                 )
-
-
-def _kernel_codes(module: Any) -> set:
-    """Code objects of the module's @triton.jit bodies (through autotune/heuristics wrappers)."""
-    import types
-
-    codes = set()
-    for value in vars(module).values():
-        if type(value).__name__ not in (
-            "JITFunction",
-            "InterpretedFunction",
-            "Autotuner",
-            "Heuristics",
-        ):
-            continue
-        fn = value
-        for _ in range(4):
-            if isinstance(fn, types.FunctionType):
-                codes.add(fn.__code__)
-                break
-            fn = getattr(fn, "fn", None)
-    return codes
 
 
 def main(fd: int, spec: dict[str, Any], report: Any) -> int:
