@@ -312,7 +312,7 @@ class Evaluator:
             return Verdict(status=Status.INPUT_MUTATED, message=msg, phase="correctness", **common)
         return None
 
-    def _share(self, run: CandidateRun, case: Case, audit: dict[str, Any]) -> float | None:
+    def share(self, run: CandidateRun, case: Case, audit: dict[str, Any]) -> float | None:
         """Hybrid: the custom-kernel share of this trial by work (judge/work.py); the reference's
         own work is profiled once per problem and device, here in the judge."""
         key = (run.problem.id, run.device)
@@ -361,7 +361,7 @@ class Evaluator:
             if seen:
                 reply["facts"] = merge_mutated(reply.get("facts"), seen)
             reclassify(reply["audit"])  # the judge's glue list, not the worker's
-            reply["audit"]["custom_share"] = self._share(run, case, reply["audit"])
+            reply["audit"]["custom_share"] = self.share(run, case, reply["audit"])
             run.records.append(reply["audit"])
             stop = self._check_trial(run, i, dist, reply, outputs, case.expected)
             run.phases["check"] = run.phases.get("check", 0.0) + time.monotonic() - t

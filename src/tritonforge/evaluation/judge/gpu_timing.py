@@ -23,6 +23,7 @@ from tritonforge.evaluation.judge.decide import (
     check_integrity,
     decide_audit,
     decide_timing,
+    reclassify,
 )
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.timing import stats
@@ -103,6 +104,8 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
     ) + output_bytes(case.expected)
     history = run.signatures[1:]
     facts = reply.get("facts") or {}
+    reclassify(reply["audit"])
+    reply["audit"]["custom_share"] = ev.share(run, post, reply["audit"])
     signatures.append(str(facts.get("signature")))
     hack = check_integrity(run.armed, reply["audit"]) or decide_audit(
         reply["audit"], facts, s, session.unsolicited, None

@@ -144,7 +144,7 @@ class Worker:
         if self.report.refused:
             self._refuse(self.report.refused)
             return
-        self._warm_profiler()
+        self._warm_up()
         why = seccomp.install()  # no new thread from here on (and no mknod, io_uring, ptrace...)
         if why:
             self.report.warnings.append(why)
@@ -177,12 +177,20 @@ class Worker:
             }
         )
 
-    def _warm_profiler(self) -> None:
-        """Start and stop the audit's profiler once before the thread block: whatever it sets up
-        on first use (with shapes, as hybrid mode uses it) exists before the candidate runs."""
+    def _warm_up(self) -> None:
+        """Before the thread block: start and stop the audit's profiler once (with shapes, as
+        hybrid mode uses it) and, for hybrid candidates on a GPU, create the cuBLAS and cuDNN
+        handles PyTorch's matmuls and convolutions need, so whatever threads these libraries
+        make on first use exist before the candidate runs."""
         with torch.autograd.profiler.profile(use_kineto=False, record_shapes=True) as prof:
             torch.zeros(2, device=self.device).add_(1)
         prof.function_events  # noqa: B018
+        if self.device.startswith("cuda") and self.mode == "hybrid":
+            with torch.no_grad():
+                a = torch.ones(8, 8, device=self.device)
+                torch.mm(a, a)
+                torch.nn.functional.conv2d(a.view(1, 1, 8, 8), a[:3, :3].reshape(1, 1, 3, 3))
+            self._sync()
 
     def _import_candidate(self, msg: dict[str, Any], init_inputs: list[Any]) -> bool:
         phase = "import"
