@@ -1,273 +1,346 @@
-"""One GRPO step of a Qwen3-0.6B-shaped random-init model: time, tokens/s, peak memory, MFU.
+"""GRPO steps of Qwen3-shaped random-init models: time, tokens/s, peak memory, MFU, agreement.
 
-Runs the real trainer (`RLTrainer`: micro-batches of whole samples, gradient checkpointing,
-chunked log-probs, AdamW, grad clip) and a naive baseline (plain transformers forward with
-full-vocabulary logits, fp32 log-softmax, same batch), which may run out of memory: that is
-caught and reported. Prints one JSON object (also written to --out).
+One time-boxed command for the GPU machine. In order, each phase under its own deadline and
+the JSON rewritten after every result (so a killed run still leaves what it measured):
+  1. device facts (versions, cuDNN, SDPA kernel order, bf16 matmul rate)
+  2. attention kernels over packed rows at the first shape (benchmarks/train_attention.py):
+     each backend's fwd+bwd time and its error against per-sample SDPA; the fastest working
+     uniform and ragged backends are used below
+  3. per shape: first shape (0.6b) runs the naive transformers step (full fp32 logits), the
+     trainer as it was (padded, eager, checkpointed), packed eager, packed + compiled (the fast
+     path: fp32 masters and pure bf16), the fast path with ragged attention, and the agreement
+     of the fast path with the padded, uncompiled path (loss, log-probs, every gradient); other
+     shapes run the fast path, retrying with more checkpointed layers after an OOM
+FLOP accounting: benchmarks/train_parts.py (mfu = 6 N tokens / step / 989e12; with attention
+adds 6 L s (heads * head_dim) tokens for causal attention within samples).
 
-MFU = 6 * N * tokens / step_time / peak, N = all parameters (tied embedding counted once: it is
-the lm-head matmul), tokens = input positions per step, peak = 989e12 (H200/H100 dense bf16).
-It counts neither the recompute of gradient checkpointing nor attention score FLOPs;
-`mfu_with_attention` adds 6 * n_layers * seq * (heads * head_dim) per token (causal QK^T and PV,
-forward + backward).
-
-    python benchmarks/train_step.py                      # H200: 8 x 8192 tokens, bf16
-    python benchmarks/train_step.py --tiny               # CPU smoke test of the same code
-    python benchmarks/train_step.py --modes naive --naive-micro 8
+    python3 benchmarks/train_step.py --shapes 0.6b,1.7b,4b --out OUT.json     # H200
+    python3 benchmarks/train_step.py --tiny                                    # CPU smoke test
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+import train_parts as tp
+from train_attention import attention_phase
+from train_check import agreement
 
-PEAK_BF16 = 989e12
-
-
-def qwen3_config(tiny: bool) -> Any:
-    from transformers import Qwen3Config
-
-    if tiny:
-        return Qwen3Config(
-            vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, intermediate_size=192, tie_word_embeddings=True,
-        )  # fmt: skip
-    return Qwen3Config(  # Qwen3-0.6B shapes
-        vocab_size=151936, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
-        num_key_value_heads=8, head_dim=128, intermediate_size=3072, tie_word_embeddings=True,
-        max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1_000_000.0,
-    )  # fmt: skip
+TARGET_MFU, TARGET_RATIO = 0.40, 0.4
 
 
-def make_model(config: Any, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    from transformers import Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    with torch.device(device):
-        lm = Qwen3ForCausalLM(config)
-    return lm.to(dtype)
-
-
-def make_batch(n: int, seq: int, prompt: int, vocab: int) -> list[Any]:
-    """n samples of seq + 1 tokens (seq input positions), loss on all but the prompt."""
-    from tritonforge.training.batching import TrainSequence
-
-    g = torch.Generator().manual_seed(1)
-    out = []
-    for i in range(n):
-        ids = torch.randint(0, vocab, (seq + 1,), generator=g).tolist()
-        mask = [0] * prompt + [1] * (seq + 1 - prompt)
-        adv = 1.0 if i % 2 else -1.0
-        out.append(
-            TrainSequence(ids, mask, [adv * m for m in mask], [-1.0 * m for m in mask], 0, i)
-        )
-    return out
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def reset_memory(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-
-
-def peak_gib(device: torch.device) -> float | None:
-    return torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
-
-
-def summarize(times: list[float], tokens: int, params: int, attn_flops: float, device) -> dict:
-    t = statistics.median(times)
-    flops = 6 * params * tokens
-    return {
-        "status": "ok",
-        "step_s": round(t, 4),
-        "step_s_all": [round(x, 4) for x in times],
-        "tokens_per_s": round(tokens / t, 1),
-        "peak_mem_gib": round(peak_gib(device), 2) if peak_gib(device) is not None else None,
-        "mfu": round(flops / t / PEAK_BF16, 4),
-        "mfu_with_attention": round((flops + attn_flops) / t / PEAK_BF16, 4),
-    }
-
-
-def run_trainer(args, config, device, master_fp32: bool) -> dict:
-    from tritonforge.config.train import TrainerConfig
+def run_trainer(args, shape: str, config, device, v: dict, deadline: float, ctx: dict) -> dict:
     from tritonforge.training.rl import RLTrainer
 
-    reset_memory(device)
-    cfg = TrainerConfig.model_validate({
-        "model": {"dtype": "bf16", "master_fp32": master_fp32, "gradient_checkpointing": True},
-        "optim": {"lr": 1e-6, "grad_clip": 1.0},
-        "batch": {"micro_batch_tokens": args.seq * args.micro, "max_seq_len": args.seq + 1,
-                  "chunk_tokens": args.chunk},
-        "loss": {"type": "grpo"},
-        "rl": {"log_entropy": True},
-    })  # fmt: skip
-    lm = make_model(config, device, torch.float32 if master_fp32 else torch.bfloat16)
+    tp.reset_memory(device)
+    cfg = tp.trainer_config(args, args.seq, v)
+    lm = tp.make_model(config, device, torch.float32 if v.get("master", True) else torch.bfloat16)
     trainer = RLTrainer(cfg, model=lm)
-    batch = make_batch(args.samples, args.seq, args.prompt, config.vocab_size)
-    times = []
-    for i in range(args.warmup + args.steps):
-        sync(device)
-        t0 = time.perf_counter()
-        m = trainer.train_step(batch)
-        sync(device)
-        if i >= args.warmup:
-            times.append(time.perf_counter() - t0)
-    out = {"loss": m.loss, "grad_norm": m.grad_norm, "entropy": m.loss_metrics.get("entropy")}
-    del trainer, lm
-    return {**out, "times": times}
+    batch = tp.make_batch(args.samples, args.seq, args.prompt, config.vocab_size)
+    try:
+        res = tp.time_steps(lambda: trainer.train_step(batch), device, args.warmup, args.steps,
+                            deadline)  # fmt: skip
+        m = res["last"]
+        out = tp.summarize(res["times"], ctx["tokens"], ctx["flops"], ctx["peaks"])
+        out.update(loss=m.loss, grad_norm=m.grad_norm, entropy=m.loss_metrics.get("entropy"),
+                   first_step_s=res["first_step_s"], peak_mem_gib=tp.peak_gib(device),
+                   settings=v, dynamo=tp.dynamo_counters())  # fmt: skip
+        if v.get("profile"):
+            out["profile"] = tp.guarded(_profile, args, shape, device, trainer, batch)
+        return out
+    finally:
+        trainer = lm = None  # frees the model before the next variant
+        tp.reset_memory(device)
 
 
-def naive_step(lm, opt, batch, micro: int, device) -> float:
-    """Plain HF: full logits, fp32 log-softmax, GRPO-style token-mean loss, one AdamW step."""
+def _profile(args, shape: str, device, trainer, batch) -> dict:
+    path = args.out_dir / f"profile_{shape}.txt"
+    with tp.profiled(True, device, path):
+        trainer.train_step(batch)
+        tp.sync(device)
+    return {"status": "ok", "table": str(path)}
+
+
+def run_naive(args, config, device, deadline: float, ctx: dict) -> dict:
+    """Plain transformers: one sample per micro-batch, full-vocabulary fp32 log-softmax,
+    gradient checkpointing (transformers'), GRPO-style token-mean loss, AdamW."""
     from tritonforge.training.batching import collate
-
-    n_tok = sum(s.num_scored for s in batch)
-    loss_sum = 0.0
-    for k in range(0, len(batch), micro):
-        mb = collate(batch[k : k + micro]).to(device)
-        logits = lm(
-            input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False
-        ).logits
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        logp = logp.gather(-1, mb.targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        loss = -(logp * mb.advantages * mb.mask).sum() / n_tok
-        loss.backward()
-        loss_sum += float(loss)
-        del logits, logp, loss
-    torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss_sum
-
-
-def run_naive(args, config, device, micro: int) -> dict:
     from tritonforge.training.model import enable_gradient_checkpointing
 
-    reset_memory(device)
-    lm = make_model(config, device, torch.bfloat16).train()
+    tp.reset_memory(device)
+    lm = tp.make_model(config, device, torch.bfloat16).train()
     lm.config.use_cache = False
     enable_gradient_checkpointing(lm)
     opt = torch.optim.AdamW(lm.parameters(), lr=1e-6)
-    batch = make_batch(args.samples, args.seq, args.prompt, config.vocab_size)
-    times = []
+    batch = tp.make_batch(args.samples, args.seq, args.prompt, config.vocab_size)
+    n_tok = sum(s.num_scored for s in batch)
+
+    def step() -> float:
+        total = 0.0
+        for s in batch:
+            mb = collate([s]).to(device)
+            logits = lm(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            logp = logp.gather(-1, mb.targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+            loss = -(logp * mb.advantages * mb.mask).sum() / n_tok
+            loss.backward()
+            total += float(loss)
+            del logits, logp, loss
+        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return total
+
     try:
-        for i in range(args.warmup + args.steps):
-            sync(device)
-            t0 = time.perf_counter()
-            loss = naive_step(lm, opt, batch, micro, device)
-            sync(device)
-            if i >= args.warmup:
-                times.append(time.perf_counter() - t0)
-        return {"loss": loss, "times": times}
+        res = tp.time_steps(step, device, args.warmup, args.steps, deadline)
+        out = tp.summarize(res["times"], ctx["tokens"], ctx["flops"], ctx["peaks"])
+        return {**out, "loss": res["last"], "peak_mem_gib": tp.peak_gib(device)}
     finally:
-        del lm, opt
+        lm = opt = None  # frees the model before the next variant
+        tp.reset_memory(device)
 
 
-def attention_flops(config, seq: int, tokens: int) -> float:
-    width = config.num_attention_heads * config.head_dim
-    return 6.0 * config.num_hidden_layers * seq * width * tokens  # causal: half of 12
+def first_shape_variants(args, attn: dict) -> tuple[list, list]:
+    """(essential, extra) variants of the first shape; extras run after the other shapes."""
+    mb = args.micro_tokens
+    fast = {"compile": args.compile, "micro_tokens": mb, "uniform": attn["uniform"],
+            "ragged": attn["ragged"]}  # fmt: skip
+    essential = [
+        ("packed_eager", {**fast, "compile": "off"}),
+        ("fast", {**fast, "profile": args.profile}),
+    ]
+    extra = [  # after the other shapes: the issue has a "before" figure already (2.66 s)
+        ("trainer_before", {"packing": False, "ckpt": 10**6, "micro_tokens": args.seq, "chunk": 1024}),
+        ("fast_pure_bf16", {**fast, "master": False}),
+        ("fast_ragged_attention", {**fast, "uniform": "same"}),
+    ]  # fmt: skip
+    return essential, extra
 
 
-def guarded(fn, *a) -> dict:
-    try:
-        return fn(*a)
-    except torch.cuda.OutOfMemoryError as exc:
-        return {"status": "oom", "error": str(exc).splitlines()[0][:300], "times": []}
-    except RuntimeError as exc:
-        if "out of memory" not in str(exc).lower():
-            raise
-        return {"status": "oom", "error": str(exc).splitlines()[0][:300], "times": []}
+def other_shape_ladder(args, shape: str, attn: dict, compile_ok: bool) -> list[dict]:
+    """The fast path, then with more layers checkpointed after an OOM. 4b: one sample per
+    micro-batch and half its layers checkpointed from the start (64 GB of fp32 weights, grads
+    and Adam states leave about 70 GB; its activations are ~100 KB per token and layer)."""
+    micro = args.seq if shape == "4b" else args.micro_tokens
+    base = {"compile": args.compile if compile_ok else "off", "micro_tokens": micro,
+            "uniform": attn["uniform"], "ragged": attn["ragged"]}  # fmt: skip
+    n_layers = tp.SHAPES[shape]["num_hidden_layers"]
+    ladder = [base, {**base, "ckpt": n_layers // 2}, {**base, "ckpt": n_layers}]
+    return ladder[1:] if shape == "4b" else ladder
+
+
+def _context(args, shape: str, report: dict) -> tuple[Any, dict, dict]:
+    """The shape's config and result slot. Dynamo starts afresh per shape: otherwise the new
+    hidden sizes would turn the layer graph dynamic (a realistic run compiles one shape)."""
+    tp.reset_dynamo()
+    config = tp.qwen3_config(shape)
+    params = tp.count_params(config)
+    tokens = args.samples * args.seq
+    ctx = {"tokens": tokens, "flops": tp.flops(config, params, args.seq, tokens),
+           "peaks": report["device_facts"]}  # fmt: skip
+    res = report["shapes"].setdefault(shape, {"params": params, "tokens_per_step": tokens,
+                                              "results": {}})  # fmt: skip
+    return config, ctx, res
+
+
+def _no_time(args, deadline: float, v: dict) -> bool:
+    """Too little time left to start `v`: a compiled variant needs ~100 s (compile, steps)."""
+    need = 100.0 if v.get("compile") == "on" and not args.tiny else 20.0
+    return time.monotonic() > deadline or args.deadline - time.monotonic() < need
+
+
+def _deadline(args, shape_deadline: float) -> float:
+    """One variant's deadline: 150 s, within its shape's and the run's budget."""
+    return min(shape_deadline, args.deadline, time.monotonic() + 150)
+
+
+def run_variants(args, shape, device, report, variants, with_naive: bool) -> None:
+    config, ctx, res = _context(args, shape, report)
+    deadline = min(args.deadline, time.monotonic() + args.shape_budget_s.get(shape, 240))
+    if with_naive:
+        res["results"]["naive_micro1"] = tp.guarded(
+            run_naive, args, config, device, _deadline(args, deadline), ctx
+        )
+        write(args, report)
+    for name, v in variants:
+        if _no_time(args, deadline, v):
+            res["results"][name] = {"status": "skipped_time"}
+            continue
+        res["results"][name] = tp.guarded(
+            run_trainer, args, shape, config, device, v, _deadline(args, deadline), ctx
+        )
+        write(args, report)
+        if name == "fast" and res["results"][name].get("status") == "error":
+            v = _retry_attention(args, report, v)  # the chosen kernel may fail inside the model
+            if v is not None and not _no_time(args, deadline, v):
+                res["results"]["fast_default_attention"] = tp.guarded(
+                    run_trainer, args, shape, config, device, v, _deadline(args, deadline), ctx
+                )
+                write(args, report)
+        if name == "fast" and args.deadline - time.monotonic() > 30 and v is not None:
+            res["agreement"] = tp.guarded(agreement, args, config, device, v)
+            write(args, report)
+    res["verdict"] = verdict(res["results"])
+
+
+def _retry_attention(args, report: dict, v: dict) -> dict | None:
+    """After the fast path failed: the same with torch's own kernel choices (sdpa, auto), if it
+    used others; later shapes use them too."""
+    if v.get("uniform") in ("auto", "sdpa") and v.get("ragged") == "auto":
+        return None
+    report["attention"]["chosen"] = {"uniform": "auto", "ragged": "auto"}
+    return {**v, "uniform": "auto", "ragged": "auto", "profile": False}
+
+
+def run_ladder(args, shape, device, report, attn: dict, compile_ok: bool) -> None:
+    config, ctx, res = _context(args, shape, report)
+    deadline = min(args.deadline, time.monotonic() + args.shape_budget_s.get(shape, 240))
+    for i, v in enumerate(other_shape_ladder(args, shape, attn, compile_ok)):
+        if _no_time(args, deadline, v):
+            res["results"][f"fast_try{i}"] = {"status": "skipped_time"}
+            break
+        out = tp.guarded(
+            run_trainer, args, shape, config, device, v, _deadline(args, deadline), ctx
+        )
+        res["results"][f"fast_try{i}"] = out
+        write(args, report)
+        if out.get("status") != "oom":
+            break
+
+
+def verdict(results: dict) -> dict:
+    """The issue's targets for the fastest trainer result of the first shape."""
+    naive = results.get("naive_micro1", {}).get("step_s")
+    fast = [(r["step_s"], k) for k, r in results.items()
+            if r.get("status") == "ok" and k.startswith(("fast", "packed"))]  # fmt: skip
+    if not fast:
+        return {"status": "no_trainer_result"}
+    step, name = min(fast)
+    mfu = results[name]["mfu_with_attention"]
+    ratio = step / naive if naive else None
+    return {"best": name, "mfu_with_attention": mfu, "step_over_naive": ratio and round(ratio, 3),
+            "mfu_target_met": mfu >= TARGET_MFU,
+            "speed_target_met": ratio is not None and ratio <= TARGET_RATIO}  # fmt: skip
+
+
+def device_facts(device: torch.device) -> dict:
+    import transformers
+
+    facts: dict[str, Any] = {"torch": torch.__version__, "transformers": transformers.__version__}
+    if device.type == "cuda":
+        import triton
+
+        facts.update(
+            device=torch.cuda.get_device_name(), triton=triton.__version__,
+            cudnn=torch.backends.cudnn.version(), matmul_tflops=tp.matmul_tflops(device),
+            sdp_priority=[str(b) for b in getattr(torch._C, "_get_sdp_priority_order", list)()],
+        )  # fmt: skip
+    else:
+        facts["device"] = "cpu"
+    return facts
+
+
+def write(args, report: dict) -> None:
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="tiny model on CPU (smoke test)")
-    p.add_argument("--samples", type=int, default=None, help="samples per step (default 8; tiny 2)")
-    p.add_argument(
-        "--seq", type=int, default=None, help="input tokens per sample (default 8192; tiny 64)"
-    )
+    p.add_argument("--shapes", default="0.6b,1.7b,4b", help="model shapes (first: full study)")
+    p.add_argument("--samples", type=int, default=None, help="samples per step (default 8)")
+    p.add_argument("--seq", type=int, default=None, help="input tokens per sample (8192)")
     p.add_argument("--prompt", type=int, default=None, help="prompt tokens (no loss) per sample")
-    p.add_argument("--micro", type=int, default=1, help="samples per trainer micro-batch")
-    p.add_argument("--chunk", type=int, default=1024, help="lm-head chunk tokens")
-    p.add_argument("--modes", default="trainer,trainer_pure_bf16,naive")
-    p.add_argument("--naive-micro", default="1,8", help="naive micro-batch sizes to try")
+    p.add_argument("--micro-tokens", type=int, default=None, help="tokens per micro-batch")
+    p.add_argument("--chunk", type=int, default=None, help="lm-head chunk tokens")
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--budget", default="0.6b=220,1.7b=120,4b=140", help="seconds per shape phase")
+    p.add_argument("--total", type=float, default=430.0, help="seconds for the whole run")
+    p.add_argument(
+        "--compile", default=None, choices=["on", "off"], help="fast path (default on; --tiny off)"
+    )
+    p.add_argument("--profile", action="store_true", help="torch.profiler table of the fast path")
+    p.add_argument("--out", type=Path, default=None, help="write the JSON here (after each result)")
     args = p.parse_args(argv)
-    args.samples = args.samples or (2 if args.tiny else 8)
+    if args.tiny:
+        args.shapes = "tiny,tiny2"
+    args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    args.samples = args.samples or (3 if args.tiny else 8)
     args.seq = args.seq or (64 if args.tiny else 8192)
     args.prompt = args.prompt if args.prompt is not None else args.seq // 16
+    args.micro_tokens = args.micro_tokens or 2 * args.seq
+    args.chunk = args.chunk or (32 if args.tiny else 4096)
+    args.shape_budget_s = {k: float(v) for k, v in (x.split("=") for x in args.budget.split(","))}
+    args.shape_budget_s.setdefault("tiny", 600.0)
+    args.shape_budget_s.setdefault("tiny2", 600.0)
+    args.out_dir = args.out.parent if args.out else Path(".")
+    args.compile = args.compile or ("off" if args.tiny else "on")
+    args.deadline = time.monotonic() + args.total
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    import transformers
-
     device = torch.device("cpu" if args.tiny or not torch.cuda.is_available() else "cuda")
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
-    config = qwen3_config(args.tiny)
-    with torch.device("meta"):
-        from transformers import Qwen3ForCausalLM
-
-        params = sum(p.numel() for p in Qwen3ForCausalLM(config).parameters())
-    tokens = args.samples * args.seq
-    attn = attention_flops(config, args.seq, tokens)
     report: dict[str, Any] = {
-        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "params": params,
-        "samples": args.samples,
-        "seq": args.seq,
-        "tokens_per_step": tokens,
-        "mfu_formula": "6 * params * tokens / step_s / 989e12 (no recompute, no attention)",
-        "results": {},
-    }
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    for mode in modes:
-        if mode in ("trainer", "trainer_pure_bf16"):
-            res = guarded(
-                _timed_trainer, args, config, device, mode == "trainer", tokens, params, attn
-            )
-            report["results"][f"{mode}_micro{args.micro}"] = res
-        elif mode == "naive":
-            for micro in [int(x) for x in args.naive_micro.split(",")]:
-                res = guarded(_timed_naive, args, config, device, micro, tokens, params, attn)
-                report["results"][f"naive_micro{micro}"] = res
-        print(json.dumps({mode: "done"}), file=sys.stderr, flush=True)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        "samples": args.samples, "seq": args.seq, "micro_tokens": args.micro_tokens,
+        "flop_formula": tp.__doc__.split("\n\n", 1)[1].strip(), "peak_flops": tp.PEAK_BF16,
+        "targets": {"mfu_with_attention": TARGET_MFU, "step_over_naive": TARGET_RATIO},
+        "device_facts": device_facts(device), "shapes": {},
+    }  # fmt: skip
+    write(args, report)
+    report["attention"] = tp.guarded(attention_phase, args, args.shapes[0], device)
+    attn = report["attention"].get("chosen", {"uniform": "auto", "ragged": "auto"})
+    write(args, report)
+    first = args.shapes[0]
+    plan = [(first, "essential")] + [(s, "ladder") for s in args.shapes[1:]] + [(first, "extra")]
+    for shape, kind in plan:
+        attn = report["attention"].get("chosen", attn)  # a failed fast path resets it
+        if kind == "ladder":  # compile only where the first shape's fast path compiled
+            results = report["shapes"].get(first, {}).get("results", {})
+            names = ("fast", "fast_default_attention")
+            statuses = {results[k].get("status") for k in names if k in results}
+            job = (run_ladder, (attn, bool(statuses & {"ok", "oom"})))
+        else:
+            essential, extra = first_shape_variants(args, attn)
+            job = (run_variants, (essential if kind == "essential" else extra, kind == "essential"))
+        failed = tp.guarded(job[0], args, shape, device, report, *job[1])
+        if failed:
+            report["shapes"].setdefault(shape, {}).setdefault("errors", []).append(failed)
+        write(args, report)
+        print(json.dumps({shape: kind, "left_s": round(args.deadline - time.monotonic())}),
+              file=sys.stderr, flush=True)  # fmt: skip
+    print(summary(report), flush=True)
     return 0
 
 
-def _timed_trainer(args, config, device, master_fp32, tokens, params, attn) -> dict:
-    out = run_trainer(args, config, device, master_fp32)
-    return {**summarize(out.pop("times"), tokens, params, attn, device), **out}
-
-
-def _timed_naive(args, config, device, micro, tokens, params, attn) -> dict:
-    out = run_naive(args, config, device, micro)
-    return {**summarize(out.pop("times"), tokens, params, attn, device), **out}
+def summary(report: dict) -> str:
+    """A few lines with the numbers that matter (the JSON holds everything)."""
+    lines = [f"device {report['device_facts']}", f"attention {report['attention'].get('chosen')}"]
+    for name, r in report.get("attention", {}).get("backends", {}).items():
+        lines.append(f"  attn {name:12s} ok={r.get('ok')} ms={r.get('fwd_bwd_ms')} "
+                     f"tflops={r.get('tflops')} err={r.get('max_rel_error')} {r.get('error', '')[:160]}")  # fmt: skip
+    for shape, res in report["shapes"].items():
+        for name, r in res.get("results", {}).items():
+            keys = ("status", "step_s", "tokens_per_s", "mfu", "mfu_with_attention",
+                    "mfu_vs_matmul", "peak_mem_gib", "first_step_s")  # fmt: skip
+            vals = " ".join(f"{k}={r.get(k)}" for k in keys if k in r)
+            lines.append(f"{shape} {name:22s} {vals} {r.get('error', '')[:200]}")
+        for key in ("agreement", "verdict", "errors"):
+            if key in res:
+                lines.append(f"{shape} {key}: {json.dumps(res[key], default=str)[:600]}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

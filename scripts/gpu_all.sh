@@ -30,7 +30,7 @@ step suite ${T_SUITE:-300} python3 -m tritonforge eval-dir /tmp/suite/solutions 
 step overhead ${T_OVERHEAD:-150} python3 benchmarks/eval_overhead.py --device cuda --size gpu --sample ${OVERHEAD_SAMPLE:-10} --repeats 2 --transport ${TRANSPORT:-auto} --out "$R/overhead.json"
 step gpu_tests ${T_TESTS:-400} $PYTEST tests/gpu tests/eval/test_status_corpus.py tests/unit/test_builtin_suite.py tests/unit/test_protocol.py -k "${GPU_TESTS_K:-}" --junitxml "$R/gpu_tests.xml"
 step defenses ${T_DEF:-240} python3 benchmarks/defense_cost.py --device cuda --repeats 3 --out "$R/defense_cost.json" ${DEF_ARGS:-}
-step train_step ${T_TRAIN:-100} python3 benchmarks/train_step.py --out "$R/train_step.json"
+step train_step ${T_TRAIN:-430} python3 benchmarks/train_step.py --total $(( ${T_TRAIN:-430} - 30 )) --profile --out "$R/train_step.json"
 step server ${T_SERVER:-240} python3 benchmarks/eval_server.py --device cuda --size gpu --n ${SERVER_N:-32} --workers 6 --concurrency 16 --baseline-n ${BASELINE_N:-3} --out "$R/server.json"
 tar -czf "$OUT/results.tar.gz" -C "$R" .
 echo "=== done $(date +%T)"

@@ -20,9 +20,9 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import hack_corpus as hc
 import pytest
 
+import helpers.hack_corpus as hc
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status, Verdict
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import hack_corpus as hc
 import pytest
 
+import helpers.hack_corpus as hc
 from tritonforge.evaluation.judge.checks import run_static
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status

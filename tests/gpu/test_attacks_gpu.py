@@ -11,17 +11,13 @@ Does not cover: the CPU interpreter (tests/eval).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
-import hack_corpus as hc
-
+import helpers.hack_corpus as hc
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status
 

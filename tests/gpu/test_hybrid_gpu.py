@@ -13,16 +13,12 @@ the worker's thread count at load reported. Does not cover: the CPU logic of the
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
-import hack_corpus as hc
-
+from helpers import hack_corpus as hc
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.evaluation.sandbox.audit_profile import analyse, forward_roots
 from tritonforge.types import Status

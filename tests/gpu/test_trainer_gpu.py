@@ -6,8 +6,6 @@ Run on the GPU machine: `pytest -m gpu tests/gpu/test_trainer_gpu.py`.
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,12 +14,10 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
 
 def test_bf16_policy_logprobs_match_full_logits_on_cuda():
-    from train_helpers import tiny_lm, trajectories
-
+    from helpers.train import tiny_lm, trajectories
     from tritonforge.config.train import BatchConfig
     from tritonforge.training.batching import collate, prepare_sequences
     from tritonforge.training.logprobs import token_logprobs_from_logits
@@ -32,7 +28,7 @@ def test_bf16_policy_logprobs_match_full_logits_on_cuda():
     mb = collate(seqs).to("cuda")
     policy = PolicyModel(lm, chunk_tokens=16, compute_dtype=torch.bfloat16)
     with torch.no_grad():
-        logp, _ = policy(mb.input_ids, mb.attention_mask, mb.targets)
+        logp, _ = policy(mb)
         with torch.autocast("cuda", torch.bfloat16):
             logits = lm(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
         ref = token_logprobs_from_logits(logits.float(), mb.targets)
@@ -41,8 +37,7 @@ def test_bf16_policy_logprobs_match_full_logits_on_cuda():
 
 
 def test_bf16_rl_steps_with_checkpointing_on_cuda():
-    from train_helpers import tiny_lm, trajectories
-
+    from helpers.train import tiny_lm, trajectories
     from tritonforge.config.train import TrainerConfig
     from tritonforge.training.rl import RLTrainer
 

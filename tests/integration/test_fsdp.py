@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-WORKER = Path(__file__).with_name("fsdp_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "helpers" / "fsdp_worker.py"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -53,8 +53,7 @@ def test_two_processes_match_one(tmp_path: Path, mode: str) -> None:
     assert r2["losses"] == pytest.approx(r1["losses"], rel=1e-5, abs=1e-6)
     p1, p2 = torch.load(one), torch.load(two)
     assert p1.keys() == p2.keys()
-    sys.path.insert(0, str(WORKER.parent))
-    from fsdp_worker import tiny_model
+    from helpers.fsdp_worker import tiny_model
 
     init = tiny_model().state_dict()
     moved = max((p1[k] - init[k].float()).abs().max().item() for k in p1)

@@ -1,7 +1,7 @@
 """The RL loop on a local Ray cluster (CPU): 2 rollout workers, 2 evaluation actors, a 2-rank gloo
 FSDP2 trainer, the tiny model and 3 built-in problems; actors killed mid-run lose no sample.
 
-Generation is scripted (ray_scripted.py: a random tiny model never writes code, so nothing would
+Generation is scripted (tests/helpers/ray_scripted.py: a random tiny model never writes code, so nothing would
 reach the evaluators); weights, weight pushes, training, evaluation and Ray are real.
 """
 
@@ -22,7 +22,6 @@ ray = pytest.importorskip("ray")
 
 pytestmark = pytest.mark.slow
 
-HERE = Path(__file__).resolve().parent
 PROBLEMS = ["relu", "sigmoid", "tanh"]
 ACTOR_ERRORS = {"ActorDiedError", "ActorUnavailableError", "RayActorError"}
 
@@ -32,8 +31,7 @@ def scripted():
     """A local 4-CPU Ray cluster (started by the test, so runs must leave it up) and the helper."""
     from ray import cloudpickle
 
-    sys.path.insert(0, str(HERE))
-    import ray_scripted
+    from helpers import ray_scripted
 
     cloudpickle.register_pickle_by_value(ray_scripted)  # workers need not import tests/
     ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING", namespace="tf-test")

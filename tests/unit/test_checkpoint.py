@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 import torch
-from train_helpers import one_thread, tiny_lm, trajectories  # noqa: F401 (autouse fixture)
 
+from helpers.train import tiny_lm, trajectories
 from tritonforge.config.train import OptimConfig, SFTRunConfig, TrainerConfig
 from tritonforge.training.checkpoint import (
     get_rng_state,
@@ -20,6 +20,8 @@ from tritonforge.training.optim import lr_factor
 from tritonforge.training.rl import RLTrainer
 from tritonforge.training.sft import SFTTrainer
 from tritonforge.training.sft_data import TokenizedExample
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def examples(n: int = 6, seed: int = 0) -> list[TokenizedExample]:

@@ -268,13 +268,19 @@ def test_timed_calls_must_match_the_profiled_signature() -> None:
     v = Verdict(status=Status.CORRECT)
     records = [{"launches": 1}]
     problem = Problem(id="p", suite="s", name="p", reference_src="")
-    ok = decide.decide_timing(v, [1, 1], records, True, problem, 0, s, ["a", "a"], ["a", "a"])
+    ok = decide.decide_timing(
+        v, [1, 1], records, True, problem, 0, s, signatures=["a", "a"], history=["a", "a"]
+    )
     assert ok is None
-    odd = decide.decide_timing(v, [1, 1], records, True, problem, 0, s, ["a", "b"], ["a", "a"])
+    odd = decide.decide_timing(
+        v, [1, 1], records, True, problem, 0, s, signatures=["a", "b"], history=["a", "a"]
+    )
     assert odd[0] == "launch_mismatch" and "1 of 2" in odd[1]
     # profiled trials that disagree among themselves (data-dependent launches): not compared
     assert decide.stable_signature(["a", "b"]) is None and decide.stable_signature([]) is None
-    unstable = decide.decide_timing(v, [1], records, True, problem, 0, s, ["b"], ["a", "b"])
+    unstable = decide.decide_timing(
+        v, [1], records, True, problem, 0, s, signatures=["b"], history=["a", "b"]
+    )
     assert unstable is None
 
 

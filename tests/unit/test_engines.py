@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import torch
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from tritonforge.rollout.engines.balancer import BalancedEngine
 from tritonforge.rollout.engines.base import EngineConfig, SamplingParams, build_engine
@@ -278,6 +279,8 @@ class FakeState:
         self.delay_s = 0.0
         self.finish = "length"
         self.rpc_fails = False
+        self.in_flight = 0  # SGLang: requests running or waiting (flush_cache refuses then)
+        self.no_seed = False  # SGLang: an older server without `sampling_seed`
 
 
 def fake_vllm(state: FakeState, old_format: bool = False) -> FastAPI:
@@ -349,6 +352,9 @@ def fake_sglang(state: FakeState) -> FastAPI:
         state.calls.append(("generate", body))
         if state.fail_with:
             return JSONResponse({"error": "busy"}, status_code=state.fail_with.pop(0))
+        if state.no_seed and "sampling_seed" in body["sampling_params"]:
+            why = "SamplingParams.__init__() got an unexpected keyword argument 'sampling_seed'"
+            return JSONResponse({"object": "error", "message": why}, status_code=400)
         n = body["sampling_params"]["max_new_tokens"]
         ids = [body["input_ids"][-1] + k + 1 for k in range(n)]
         finish = (
@@ -365,19 +371,26 @@ def fake_sglang(state: FakeState) -> FastAPI:
         }
         return JSONResponse({"text": "ignored", "output_ids": ids, "meta_info": meta})
 
+    # As SGLang's http_server.py documents them: the update flushes the radix cache itself when
+    # the load succeeds; /flush_cache answers 400 while requests are running or waiting.
     @app.post("/update_weights_from_disk")
     async def update(request: Request) -> JSONResponse:
         body = await request.json()
         state.calls.append(("update", body))
         ok = not state.rpc_fails
         return JSONResponse(
-            {"success": ok, "message": "ok" if ok else "bad path"}, status_code=200 if ok else 400
+            {"success": ok, "message": "ok" if ok else "bad path", "num_paused_requests": 0},
+            status_code=200 if ok else 400,
         )
 
-    @app.post("/flush_cache")
-    async def flush() -> JSONResponse:
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush() -> Response:
         state.calls.append(("flush", None))
-        return JSONResponse("Cache flushed.\n")
+        text = (
+            "Cache flushed.\nPlease check backend logs for more details. (When there are "
+            "running or waiting requests, the operation will not be performed.)\n"
+        )
+        return Response(text, status_code=400 if state.in_flight else 200)
 
     @app.get("/health")
     async def health() -> dict:
@@ -514,8 +527,10 @@ def test_sglang_request_shape_parsing_and_weights() -> None:
         state.finish = "abort"
         aborted = asyncio.run(eng.generate([[3, 4]], params))[0]
         state.calls.clear()
+        state.in_flight = 3  # the async schedule: generation continues during the push
         assert asyncio.run(eng.update_weights("/ckpt/v3", 3)) is True
-        assert state.calls == [("update", {"model_path": "/ckpt/v3"}), ("flush", None)]
+        assert state.calls == [("update", {"model_path": "/ckpt/v3"})]  # no /flush_cache
+        assert eng.policy_version == 3
         state.rpc_fails = True
         assert asyncio.run(eng.update_weights("/ckpt/v4", 4)) is False
         assert eng.policy_version == 3
@@ -535,6 +550,36 @@ def test_sglang_request_shape_parsing_and_weights() -> None:
     )
     assert stopped.status is GenStatus.OK and stopped.finish_reason == "stop"
     assert aborted.status is GenStatus.ABORT and aborted.token_ids == []
+
+
+def test_sglang_flush_cache_refuses_while_requests_wait_which_is_why_the_client_skips_it() -> None:
+    """The documented behaviour the client relies on: /flush_cache is a 400 under load."""
+    state = FakeState()
+    with serve(fake_sglang(state)) as url:
+        state.in_flight = 1
+        busy = httpx.post(f"{url}/flush_cache", timeout=10)
+        state.in_flight = 0
+        idle = httpx.post(f"{url}/flush_cache", timeout=10)
+    assert busy.status_code == 400 and "will not be performed" in busy.text
+    assert idle.status_code == 200
+
+
+def test_sglang_without_sampling_seed_serves_unseeded_and_says_why_seeded_fails() -> None:
+    state = FakeState()
+    state.no_seed = True
+    with serve(fake_sglang(state)) as url:
+        eng = SGLangEngine(url, policy=FAST_RETRY)
+        plain = asyncio.run(eng.generate([[3, 4]], SamplingParams(max_new_tokens=2)))[0]
+        seeded = SamplingParams(max_new_tokens=2, seed=7)
+        first = asyncio.run(eng.generate([[3, 4]], seeded))[0]
+        sent = len(state.calls)
+        again = asyncio.run(eng.generate([[3, 4]], seeded))[0]
+        asyncio.run(eng.aclose())
+    assert plain.status is GenStatus.LENGTH and plain.token_ids == [5, 6]
+    for gen in (first, again):
+        assert gen.status is GenStatus.ERROR and gen.token_ids == []
+        assert "does not accept sampling_seed" in gen.error and "unset the seeds" in gen.error
+    assert len(state.calls) == sent  # known now: the second seeded request is not sent
 
 
 # ------------------------------------------------------------------------------------ balancer

@@ -423,7 +423,9 @@ def test_cli_show(data, capsys):
     assert main(["problems", "show", "kernelbench/L1/19_ReLU", "--size", "cpu", *src]) == 0
     out = capsys.readouterr().out
     assert "dim = 393216" not in out and "scaled constants" in out
-    assert main(["problems", "show", "kernelbench/L1/999_Nope", *src]) == 1
+    assert main(["problems", "show", "kernelbench/L1/999_Nope", *src]) == 2  # refused, one line
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "unknown problem 'kernelbench/L1/999_Nope'" in err[0]
 
 
 def test_cli_scale_writes_layout_and_report(data, tmp_path, capsys):

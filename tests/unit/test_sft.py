@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from train_helpers import one_thread  # noqa: F401 (autouse fixture)
 
 from tritonforge.config.train import SFTDataConfig, SFTRunConfig
 from tritonforge.rollout.prompts import build_messages, render
@@ -24,6 +23,8 @@ from tritonforge.training.sft_data import (
     tokenize_chat,
 )
 from tritonforge.types import Status, Verdict
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 import torch
-from train_helpers import VOCAB, one_thread, tiny_lm, trajectories  # noqa: F401 (autouse fixture)
 
+from helpers.train import VOCAB, tiny_lm, trajectories
 from tritonforge.config.train import TrainerConfig
 from tritonforge.training import model as model_mod
 from tritonforge.training.batching import collate, prepare_sequences
@@ -18,6 +18,8 @@ from tritonforge.training.logprobs import entropy_from_logits, token_logprobs_fr
 from tritonforge.training.metrics import format_step_line
 from tritonforge.training.model import PolicyModel
 from tritonforge.training.rl import RLTrainer
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def config(**over) -> TrainerConfig:
@@ -37,7 +39,7 @@ def test_policy_logprobs_equal_naive_full_logits(moe):
     seqs, _ = prepare_sequences(trajectories(3, seed=1), config().batch)
     mb = collate(seqs)  # right-padded rows of different lengths
     policy = PolicyModel(lm, chunk_tokens=5)
-    logp, ent = policy(mb.input_ids, mb.attention_mask, mb.targets, 0.8, compute_entropy=True)
+    logp, ent = policy(mb, 0.8, compute_entropy=True)
     w = torch.randn_like(logp)
     (logp * w).sum().backward()
     g_chunked = {n: p.grad.clone() for n, p in lm.named_parameters() if p.grad is not None}
@@ -211,5 +213,7 @@ def test_unpadded_micro_batch_drops_the_mask_with_equal_results():
     assert one.real_tokens == one.input_ids.numel()  # no padding: mask dropped in forward
     with torch.no_grad():
         fast, _ = trainer.core.forward(one)
-        masked, _ = trainer.core.policy(one.input_ids, one.attention_mask, one.targets)
+        lm = trainer.model
+        logits = lm(input_ids=one.input_ids, attention_mask=one.attention_mask).logits
+        masked = token_logprobs_from_logits(logits, one.targets)
     torch.testing.assert_close(fast, masked, atol=1e-6, rtol=1e-6)

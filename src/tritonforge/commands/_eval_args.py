@@ -1,14 +1,19 @@
 """Shared command-line options for commands that evaluate candidates.
 
-Covers: adding the evaluation flags to a parser and turning them into an `EvalSettings`
-(config file, then `--set` overrides, then explicit flags). Does not cover: evaluating.
+Covers: adding the evaluation flags to a parser (with `--eval-config`, `--set`,
+`--print-config`, `--list-keys`) and turning them into an `EvalSettings` (config file, then
+`--set` overrides, then explicit flags). Does not cover: checking them (plan.runs.resolve_eval)
+or evaluating.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from tritonforge.config import load_config
+from pydantic import ValidationError
+
+from tritonforge.commands._config_args import add_config_args
+from tritonforge.config import ConfigError, describe_errors, load_config
 from tritonforge.config.eval import EvalSettings
 
 
@@ -38,32 +43,34 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compile-baseline", action="store_true", help="also time torch.compile(reference)"
     )
-    p.add_argument("--eval-config", metavar="TOML", help="EvalSettings as TOML")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a setting, e.g. --set perf_trials=100",
-    )
+    add_config_args(p, EvalSettings, flag="--eval-config", example="perf_trials=100")
 
 
 def settings_from_args(args: argparse.Namespace) -> EvalSettings:
     s = load_config(EvalSettings, args.eval_config, args.set)
-    for flag, field in (
+    flags = [
         ("device", "device"),
         ("mode", "mode"),
         ("trials", "correctness_trials"),
         ("reward", "reward"),
         ("backend", "backend"),
         ("sandbox", "sandbox"),
-    ):
+    ]
+    for flag, field in flags:
         value = getattr(args, flag, None)
         if value is not None:
-            setattr(s, field, value)
+            _assign(s, field, value, flag)
     if args.compile_baseline:
         s.compile_baseline = True
     if args.timeout is not None:
         for name in ("import_s", "compile_s", "correctness_s", "timing_s"):
-            setattr(s.budgets, name, args.timeout)
+            _assign(s.budgets, name, args.timeout, "timeout")
     return s
+
+
+def _assign(section: object, field: str, value: object, flag: str) -> None:
+    try:
+        setattr(section, field, value)
+    except ValidationError as exc:
+        why = describe_errors(type(section), exc)  # type: ignore[arg-type]
+        raise ConfigError(f"--{flag} {value!r}: {why}") from None

@@ -17,33 +17,26 @@ from math import comb
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
-from tritonforge.config import Section, load_config, save_config
-from tritonforge.config.rollout import EvalBackendConfig, ProblemsConfig
-from tritonforge.rollout.agent import AgentConfig
-from tritonforge.rollout.engines.base import EngineConfig
-from tritonforge.rollout.tasks import TaskConfig
+from tritonforge.commands._config_args import CONFIG_EPILOG, add_config_args, load_from_args
+from tritonforge.config import save_config
+from tritonforge.config.rollout import BenchConfig
+from tritonforge.plan.runs import BenchPlan
 from tritonforge.types import Problem, Status, Trajectory, Verdict
-
-
-class BenchConfig(Section):
-    out: str = "runs/bench"
-    samples: int = Field(4, ge=1, description="k episodes per problem")
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    task: TaskConfig = Field(default_factory=TaskConfig)
-    agent: AgentConfig = Field(default_factory=AgentConfig)
-    problems: ProblemsConfig = Field(default_factory=ProblemsConfig)
-    eval: EvalBackendConfig = Field(default_factory=EvalBackendConfig)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "bench-model", help="pass@k, fast_p, per-turn improvement of a model", description=__doc__
+        "bench-model",
+        help="pass@k, fast_p, per-turn improvement of a model",
+        description=__doc__,
+        epilog=CONFIG_EPILOG,
     )
-    p.add_argument("--config", help="BenchConfig TOML")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.set_defaults(func=run)
+    add_config_args(p, BenchConfig, example="samples=8")
+    p.set_defaults(func=run, config_fn=config_from_args)
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    return load_from_args(args, BenchConfig)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -100,18 +93,22 @@ def bench_metrics(
     return out
 
 
-async def _main(cfg: BenchConfig) -> dict[str, Any]:
+async def _main(plan: BenchPlan) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from tritonforge.rollout.engines.base import build_engine
-    from tritonforge.rollout.runner import build_agent, build_eval_backend, load_problems
+    from tritonforge.rollout.runner import build_agent, build_eval_backend
+    from tritonforge.rollout.tiny_model import ensure_tiny_model
 
-    tokenizer = AutoTokenizer.from_pretrained(cfg.engine.model_path)
+    cfg = plan.config
+    if plan.episodes.engine_model.source == "tiny":
+        ensure_tiny_model(plan.episodes.engine_model.path)
+    tokenizer = AutoTokenizer.from_pretrained(plan.episodes.engine_model.path)
     engine = build_engine(cfg.engine)
     backend = build_eval_backend(cfg.eval)
     try:
         agent = build_agent(engine, tokenizer, cfg.task, cfg.agent, backend, cfg.eval)
-        problems = load_problems(cfg.problems)
+        problems = plan.episodes.problems
         trajs = await agent.run(
             [(p, i, f"bench:{p.id}") for p in problems for i in range(cfg.samples)]
         )
@@ -164,11 +161,13 @@ def _plot(m: dict[str, Any], path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = load_config(BenchConfig, args.config, args.set)
-    out = Path(cfg.out)
+    from tritonforge.plan.runs import resolve_bench
+
+    plan = resolve_bench(config_from_args(args))
+    out = plan.out
     out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.json")
-    metrics = asyncio.run(_main(cfg))
+    save_config(plan.config, out / "config.json")
+    metrics = asyncio.run(_main(plan))
     (out / "bench.json").write_text(json.dumps(metrics, indent=2) + "\n")
     (out / "bench.md").write_text(_markdown(metrics))
     _plot(metrics, out / "bench.png")

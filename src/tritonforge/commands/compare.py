@@ -1,8 +1,9 @@
-"""`tritonforge compare --config ...`: the same RL run per algorithm variant, one report.
+"""`tritonforge compare --config FILE`: the same RL run per algorithm variant, one report.
 
 Each variant is the base TrainRunConfig plus dotted overrides (default: GRPO, GSPO, GRPO+TIS),
 run with the same seeds, problems and budget into RUN_DIR/<variant>; RUN_DIR/comparison.html
-overlays their curves and tabulates before/after pass rate and reward.
+overlays their curves and tabulates before/after pass rate and reward. Every variant's plan is
+checked before the first one starts.
 """
 
 from __future__ import annotations
@@ -11,24 +12,9 @@ import argparse
 import asyncio
 import json
 
-from pydantic import Field
-
-from tritonforge.config import Section, load_config, save_config, with_overrides
-from tritonforge.config.run import TrainRunConfig
-
-DEFAULT_VARIANTS = {
-    "grpo": ["trainer.loss.type=grpo"],
-    "gspo": ["trainer.loss.type=gspo"],
-    "grpo_tis": ["trainer.loss.type=grpo_tis"],
-}
-
-
-class CompareConfig(Section):
-    run_dir: str = "runs/compare"
-    base: TrainRunConfig = Field(default_factory=TrainRunConfig)
-    variants: dict[str, list[str]] = Field(
-        default_factory=lambda: {k: list(v) for k, v in DEFAULT_VARIANTS.items()}
-    )
+from tritonforge.commands._config_args import CONFIG_EPILOG, add_config_args, load_from_args
+from tritonforge.config import save_config
+from tritonforge.config.run import CompareConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,30 +22,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "compare",
         help="run RL variants side by side (GRPO vs GSPO vs GRPO+TIS)",
         description=__doc__,
+        epilog=CONFIG_EPILOG,
     )
-    p.add_argument("--config", help="CompareConfig TOML")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override, e.g. --set base.steps=3",
-    )
-    p.set_defaults(func=run)
+    add_config_args(p, CompareConfig, example="base.steps=3")
+    p.set_defaults(func=run, config_fn=config_from_args)
+
+
+def config_from_args(args: argparse.Namespace) -> CompareConfig:
+    return load_from_args(args, CompareConfig)
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = load_config(CompareConfig, args.config, args.set)
+    from tritonforge.plan.runs import resolve_compare
+
+    plan = resolve_compare(config_from_args(args))
     from tritonforge.training.loop import run_training
     from tritonforge.training.report import write_comparison, write_report
 
-    save_config(cfg, f"{cfg.run_dir}/compare_config.json")
+    save_config(plan.config, f"{plan.config.run_dir}/compare_config.json")
     runs = {}
-    for name, overrides in cfg.variants.items():
-        variant = with_overrides(cfg.base, [*overrides, f"run_dir={cfg.run_dir}/{name}"])
+    for name, variant in plan.variants.items():
         summary = asyncio.run(run_training(variant))
         write_report(variant.run_dir)
-        runs[name] = variant.run_dir
+        runs[name] = str(variant.run_dir)
         print(json.dumps({"variant": name, "after": (summary.get("after") or {}).get("overall")}))
-    print(write_comparison(cfg.run_dir, runs))
+    print(write_comparison(plan.config.run_dir, runs))
     return 0

@@ -14,72 +14,32 @@ import asyncio
 import json
 import sys
 import time
-from pathlib import Path
 
-from pydantic import Field
-
-from tritonforge.config import Section, load_config, save_config
-from tritonforge.config.run import TrainRunConfig
-from tritonforge.config.train import SFTRunConfig
-
-DEMO_PROBLEMS = ["relu", "leaky_relu", "sigmoid", "silu", "tanh", "hardtanh"]
-
-
-def _default_sft() -> SFTRunConfig:
-    cfg = SFTRunConfig()
-    cfg.optim.lr = 2e-3
-    cfg.sft.max_steps, cfg.sft.epochs, cfg.sft.batch_size = 44, 1000, 6
-    cfg.sft.data.builtin_problems = list(DEMO_PROBLEMS)
-    cfg.sft.data.prompt.include_example = False
-    cfg.sft.data.thinking = "none"
-    cfg.checkpoint.every_steps = 0
-    return cfg
-
-
-def _default_train() -> TrainRunConfig:
-    cfg = TrainRunConfig(steps=16, problems_per_step=6)
-    cfg.problems.ids = list(DEMO_PROBLEMS)
-    cfg.task.prompt.include_example = False
-    cfg.agent.max_turns = 2
-    cfg.agent.sampling.max_new_tokens = 450
-    cfg.agent.sampling.temperature = 0.7
-    cfg.agent.max_context_tokens = 4096
-    cfg.trainer.rl.temperature = 0.7
-    cfg.trainer.optim.lr = 6e-5
-    cfg.buffer.group_size = 4
-    cfg.evaluate.samples = 8
-    cfg.eval.settings.device = "cpu"
-    cfg.eval.concurrency = 2
-    cfg.trainer.checkpoint.every_steps = 4
-    return cfg
-
-
-class DemoConfig(Section):
-    """The demo: where it writes, and the SFT and RL runs it chains."""
-
-    run_dir: str = "runs/demo"
-    sft: SFTRunConfig = Field(default_factory=_default_sft)
-    train: TrainRunConfig = Field(default_factory=_default_train)
+from tritonforge.commands._config_args import CONFIG_EPILOG, add_config_args, load_from_args
+from tritonforge.config import save_config
+from tritonforge.config.demo import DemoConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "demo", help="tiny model -> SFT -> multi-turn GRPO -> report (CPU)", description=__doc__
+        "demo",
+        help="tiny model -> SFT -> multi-turn GRPO -> report (CPU)",
+        description=__doc__,
+        epilog=CONFIG_EPILOG,
     )
-    p.add_argument("--config", help="DemoConfig TOML")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override, e.g. --set train.steps=4",
-    )
-    p.set_defaults(func=run)
+    add_config_args(p, DemoConfig, base=DemoConfig, example="train.steps=4")
+    p.set_defaults(func=run, config_fn=config_from_args)
+
+
+def config_from_args(args: argparse.Namespace) -> DemoConfig:
+    return load_from_args(args, DemoConfig, base=DemoConfig())
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = load_config(DemoConfig, args.config, args.set, base=DemoConfig())
-    root = Path(cfg.run_dir)
+    from tritonforge.plan.runs import resolve_demo
+
+    plan = resolve_demo(config_from_args(args))
+    cfg, root = plan.config, plan.root
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     from tritonforge.rollout.tiny_model import ensure_tiny_model
@@ -88,11 +48,9 @@ def run(args: argparse.Namespace) -> int:
     from tritonforge.training.sft import run_sft
 
     print("[1/4] tiny model", file=sys.stderr)
-    model_dir = ensure_tiny_model(root / "tiny-model")
+    ensure_tiny_model(plan.tiny_model)
     print("[2/4] SFT on built-in solutions", file=sys.stderr)
-    cfg.sft.run_dir = str(root / "sft")
-    cfg.sft.model.path = str(model_dir)
-    sft = run_sft(cfg.sft)
+    sft = run_sft(plan.sft.config)
     print(
         f"      SFT: {sft.steps} steps, final loss {sft.final_loss:.4f} -> {sft.model_dir}",
         file=sys.stderr,
@@ -101,11 +59,8 @@ def run(args: argparse.Namespace) -> int:
         "[3/4] multi-turn GRPO against the evaluator (before/after measured on the same problems)",
         file=sys.stderr,
     )
-    cfg.train.run_dir = str(root / "rl")
-    cfg.train.trainer.model.path = str(sft.model_dir)
-    cfg.train.engine.model_path = str(sft.model_dir)
     save_config(cfg, root / "demo_config.json")
-    summary = asyncio.run(run_training(cfg.train))
+    summary = asyncio.run(run_training(plan.train))
     print("[4/4] report", file=sys.stderr)
     report = write_report(cfg.train.run_dir)
     b, a = summary["before"]["overall"], summary["after"]["overall"]

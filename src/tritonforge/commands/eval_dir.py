@@ -3,7 +3,8 @@
 File names map to problems: KernelBench run layout `level_L_problem_ID_sample_S_kernel.py`, or a
 problem's name / slug (`relu.py`, `builtin__relu.py`, optionally `..._sample_S.py`). Writes
 summary.json, summary.md, summary.png and verdicts.jsonl to --out. Missing problems count as
-failures in every rate.
+failures in every rate. The suite, size, settings and the folder are checked before any work: an
+unknown name or a folder where no file matches a problem is refused (exit 2, one line).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from tritonforge.commands._eval_args import add_eval_args, settings_from_args
+from tritonforge.plan import PlanError
+from tritonforge.plan.runs import EvalPlan
 from tritonforge.types import Problem, Verdict
 
 KB_RUN = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
@@ -38,20 +41,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=2, help="candidates evaluated at once")
     p.add_argument("--out", type=Path, default=None, help="output folder (default DIR/eval)")
     add_eval_args(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, config_fn=settings_from_args)
 
 
 def load_problems(
     suite: str, size: str | None, source: str | None, level: int | None
 ) -> list[Problem]:
-    from tritonforge.problems import load_suite, select
+    """The suite's problems at `size` (PlanError for an unknown suite, size or source)."""
+    from tritonforge.plan.problems import load_checked
+    from tritonforge.problems import select
 
-    kwargs: dict = {}
-    if size:
-        kwargs["size"] = size
-    if source:
-        kwargs["source"] = source
-    return select(load_suite(suite, **kwargs), level=level)
+    kwargs: dict = {"source": source} if source else {}
+    problems = select(load_checked(("--suite", "--size"), suite, size, **kwargs), level=level)
+    if not problems:
+        raise PlanError(f"--level {level}: suite {suite!r} has no problem at that level")
+    return problems
 
 
 def match_files(
@@ -81,13 +85,33 @@ def match_files(
     return pairs, unmatched
 
 
-def run(args: argparse.Namespace) -> int:
+def resolve(
+    args: argparse.Namespace,
+) -> tuple[EvalPlan, list[Problem], list[tuple[Problem, Path]], list[Path]]:
+    """Checked settings, the suite's problems, (problem, file) pairs and unmatched files."""
+    from tritonforge.plan.runs import resolve_eval
+
     if not args.directory.is_dir():
-        print(f"tritonforge eval-dir: {args.directory} is not a directory", file=sys.stderr)
-        return 2
-    settings = settings_from_args(args)
+        raise PlanError(f"{args.directory} is not a directory")
+    if args.workers < 1:
+        raise PlanError(f"--workers {args.workers}: must be at least 1")
+    plan = resolve_eval(settings_from_args(args))
     problems = load_problems(args.suite, args.size, args.source, args.level)
     pairs, unmatched = match_files(args.directory, problems)
+    if not pairs:
+        seen = ", ".join(f.name for f in unmatched[:3]) or "no .py files at all"
+        raise PlanError(
+            f"no file in {args.directory} matched a problem of suite {args.suite!r} "
+            f"({len(unmatched)} .py file(s): {seen}); name files after a problem "
+            f"(relu.py, builtin__relu.py, relu_sample_0.py) or in KernelBench's run layout "
+            f"(level_1_problem_19_sample_0_kernel.py)"
+        )
+    return plan, problems, pairs, unmatched
+
+
+def run(args: argparse.Namespace) -> int:
+    plan, problems, pairs, unmatched = resolve(args)
+    settings = plan.settings
     for f in unmatched:
         print(f"warning: {f.name} matches no problem of suite {args.suite}", file=sys.stderr)
     out = args.out or args.directory / "eval"
@@ -112,8 +136,8 @@ def run(args: argparse.Namespace) -> int:
             log_f.write(json.dumps({"file": f.name, **v.model_dump(mode="json")}) + "\n")
             log_f.flush()
             bar.set_postfix_str(f"{prob.name}: {v.status.value}")
-        # written before the evaluator shuts down (fork servers, cached references): a time-boxed
-        # run that finished judging keeps its summary (lost once on the H200 at the 240-s box)
+        # written before the evaluator shuts down (fork servers, cached references), so a run
+        # killed by an outer time limit after the last verdict still has its summary
         summary = summarize(by_problem, [p.id for p in problems])
         summary["unmatched_files"] = [f.name for f in unmatched]
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

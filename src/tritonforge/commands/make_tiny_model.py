@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from pydantic import ValidationError
+
+from tritonforge.config import ConfigError, describe_errors
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.tiny_model import DEFAULT_TINY_MODEL_DIR, TinyModelSpec, make_tiny_model
 
@@ -37,15 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = TinyModelSpec(
-        vocab_size=args.vocab_size,
-        hidden=args.hidden,
-        layers=args.layers,
-        heads=args.heads,
-        kv_heads=args.kv_heads,
-        seed=args.seed,
-        moe=args.moe,
-    )
+    fields = ("vocab_size", "hidden", "layers", "heads", "kv_heads", "seed", "moe")
+    try:
+        spec = TinyModelSpec(**{f: getattr(args, f) for f in fields})
+    except ValidationError as exc:
+        raise ConfigError(describe_errors(TinyModelSpec, exc)) from None
     t0 = time.perf_counter()
     out = make_tiny_model(args.out, spec)
     print(f"tiny model written to {out} in {time.perf_counter() - t0:.1f}s")

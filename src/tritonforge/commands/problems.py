@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tritonforge.config.names import unknown_name
+from tritonforge.plan import PlanError
 from tritonforge.problems import load_suite, select
 from tritonforge.types import Problem
 
@@ -164,12 +166,12 @@ def run_show(args: argparse.Namespace) -> int:
     matches = _load_many(args, _suites_for_id(args.id, args.suite), level and int(level[1]), keep)
     if matches is None:
         return 2
-    if len(matches) != 1:
-        what = "no problem" if not matches else f"{len(matches)} problems"
-        print(f"tritonforge problems: {what} matching {args.id!r}", file=sys.stderr)
-        for p in matches[:10]:
-            print(f"  {p.id}", file=sys.stderr)
-        return 1
+    if not matches:
+        pool = _load_many(args, _suites_for_id(args.id, args.suite), None, lambda ps: ps) or []
+        raise PlanError(unknown_name("problem", args.id, sorted({q.name for q in pool})))
+    if len(matches) > 1:
+        shown = ", ".join(q.id for q in matches[:10])
+        raise PlanError(f"{len(matches)} problems match {args.id!r}: {shown}; give the full id")
     p = matches[0]
     if args.json:
         print(p.model_dump_json())

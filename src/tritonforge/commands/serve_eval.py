@@ -3,7 +3,8 @@
 Config precedence: `--config` TOML (a ServerConfig; evaluation defaults under [eval]), then
 `--set key=value` overrides (e.g. `--set queue_size=64 --set eval.correctness_trials=3`), then
 the explicit flags. Binds 127.0.0.1 unless told otherwise; refuses a non-loopback host without a
-token (`--token` or env TRITONFORGE_EVAL_TOKEN). Exit code 2 for bad arguments or config.
+token (`--token` or env TRITONFORGE_EVAL_TOKEN). Exit code 2 for bad arguments or config,
+checked before anything starts (reward name, a GPU for --device cuda).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import argparse
 
 from pydantic import ValidationError
 
-from tritonforge.config import ConfigError, load_config
+from tritonforge.commands._config_args import add_config_args, load_from_args
+from tritonforge.config import ConfigError
 from tritonforge.config.server import TOKEN_ENV, ServerConfig
 
 
@@ -30,15 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, metavar="N", help="concurrent evaluations per device")
     p.add_argument("--queue-size", type=int, metavar="N", help="waiting requests before 429")
     p.add_argument("--token", help=f"bearer token (or env {TOKEN_ENV}); required off loopback")
-    p.add_argument("--config", metavar="TOML", help="ServerConfig as TOML")
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting"
-    )
-    p.set_defaults(func=run)
+    add_config_args(p, ServerConfig, example="eval.correctness_trials=3")
+    p.set_defaults(func=run, config_fn=config_from_args)
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    cfg = load_config(ServerConfig, args.config, args.set)
+    cfg = load_from_args(args, ServerConfig)
     flags = [(f, f) for f in ("host", "port", "device", "workers", "token")]
     for flag, field in [*flags, ("queue_size", "queue_size")]:
         value = getattr(args, flag, None)
@@ -58,7 +57,12 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tritonforge.plan.checks import check_eval_settings, check_gpu
+
     cfg = config_from_args(args)
+    check_eval_settings("eval", cfg.eval)
+    if cfg.device == "cuda":
+        check_gpu("device", "device 'cuda'")
     from tritonforge.evaluation.service.server import serve
 
     return serve(cfg, log_level=getattr(args, "log_level", "info"))

@@ -9,41 +9,42 @@ on the built-in suite's solutions. Under torchrun every rank runs this command (
 from __future__ import annotations
 
 import argparse
+import json
 
-from tritonforge.config import load_config
+from tritonforge.commands._config_args import CONFIG_EPILOG, add_config_args, load_from_args
 from tritonforge.config.train import SFTRunConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "sft", help="supervised fine-tuning on kernel pairs or chats", description=__doc__
+        "sft",
+        help="supervised fine-tuning on kernel pairs or chats",
+        description=__doc__,
+        epilog=CONFIG_EPILOG,
     )
-    p.add_argument("--config", metavar="TOML", default=None, help="SFTRunConfig file")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override, e.g. --set sft.epochs=2",
-    )
-    p.add_argument("--run-dir", default=None, help="shortcut for --set run_dir=DIR")
-    p.set_defaults(func=run)
+    add_config_args(p, SFTRunConfig, example="sft.epochs=2")
+    p.add_argument("--run-dir", default=None, metavar="DIR", help="shortcut for --set run_dir=DIR")
+    p.set_defaults(func=run, config_fn=config_from_args)
+
+
+def config_from_args(args: argparse.Namespace) -> SFTRunConfig:
+    extra = [f"run_dir={json.dumps(args.run_dir)}"] if args.run_dir else []
+    return load_from_args(args, SFTRunConfig, extra=extra)
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = list(args.set)
-    if args.run_dir:
-        overrides.append(f'run_dir="{args.run_dir}"')
-    cfg = load_config(SFTRunConfig, args.config, overrides)
-    if cfg.model.path == "runs/tiny-model":
+    from tritonforge.plan.runs import resolve_sft
+
+    plan = resolve_sft(config_from_args(args))
+    if plan.model.source == "tiny":
         from tritonforge.rollout.tiny_model import ensure_tiny_model
 
-        ensure_tiny_model(cfg.model.path)
+        ensure_tiny_model(plan.model.path)
     from tritonforge.training.distributed import destroy_distributed
     from tritonforge.training.sft import run_sft
 
     try:
-        result = run_sft(cfg)
+        result = run_sft(plan.config)
     finally:
         destroy_distributed()
     print(

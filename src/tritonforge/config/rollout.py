@@ -1,7 +1,10 @@
 """Configuration of rollout collection: problems, evaluation backend, engine, agent, buffer.
 
-Covers: `ProblemsConfig`, `EvalBackendConfig`, `RolloutConfig` (the `tritonforge rollout`
-command's whole tree, also embedded in the training config). Torch-free.
+Covers: `ProblemsConfig`, `EvalBackendConfig`, `EpisodeSections` (engine, task, agent, problems,
+eval: what playing episodes needs, shared by `bench-model`), `RolloutSections` (those plus the
+buffer and seed, shared by `rollout` and `train`) and `RolloutConfig` (the `tritonforge rollout`
+command's tree) and `BenchConfig` (`tritonforge bench-model`). Torch-free; imports nothing
+outside config/.
 """
 
 from __future__ import annotations
@@ -11,11 +14,11 @@ from typing import Literal
 from pydantic import Field
 
 from tritonforge.config import Section
+from tritonforge.config.agent import AgentConfig
+from tritonforge.config.buffer import BufferConfig
+from tritonforge.config.engine import EngineConfig
 from tritonforge.config.eval import EvalSettings
-from tritonforge.rollout.agent import AgentConfig
-from tritonforge.rollout.buffer import BufferConfig
-from tritonforge.rollout.engines.base import EngineConfig
-from tritonforge.rollout.tasks import TaskConfig
+from tritonforge.config.task import TaskConfig
 
 
 class ProblemsConfig(Section):
@@ -42,14 +45,31 @@ class EvalBackendConfig(Section):
     settings: EvalSettings = Field(default_factory=EvalSettings)
 
 
-class RolloutConfig(Section):
-    """`tritonforge rollout`: collect trajectories to a file."""
+class EpisodeSections(Section):
+    """What playing episodes needs: an engine, a task, an agent, problems and a judge."""
 
     engine: EngineConfig = Field(default_factory=EngineConfig)
     task: TaskConfig = Field(default_factory=TaskConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     problems: ProblemsConfig = Field(default_factory=ProblemsConfig)
     eval: EvalBackendConfig = Field(default_factory=EvalBackendConfig)
+
+
+class RolloutSections(EpisodeSections):
+    """Episodes collected in groups: the episode sections plus the buffer and a seed."""
+
     buffer: BufferConfig = Field(default_factory=BufferConfig)
-    output: str = Field("runs/rollout/trajectories.jsonl", description=".jsonl or .parquet")
     seed: int = 0
+
+
+class RolloutConfig(RolloutSections):
+    """`tritonforge rollout`: collect trajectories to a file."""
+
+    output: str = Field("runs/rollout/trajectories.jsonl", description=".jsonl or .parquet")
+
+
+class BenchConfig(EpisodeSections):
+    """`tritonforge bench-model`: k episodes per problem, pass@k, fast_p, per-turn pass rate."""
+
+    out: str = Field("runs/bench", description="output folder (bench.json, bench.md, bench.png)")
+    samples: int = Field(4, ge=1, description="k episodes per problem")

@@ -1,6 +1,7 @@
 """Configuration of an RL run (`tritonforge train`): rollouts + trainer + schedule + evaluation.
 
-Covers: `ScheduleConfig`, `EvalPassConfig`, `TrainRunConfig`. Torch-free. The rollout pieces are
+Covers: `ScheduleConfig`, `EvalPassConfig`, `TrainRunConfig`, `CompareConfig` (the same run per
+algorithm variant, `tritonforge compare`). Torch-free. The rollout pieces are
 the same sections as `tritonforge rollout` (config.rollout), the trainer is config.train's, the
 Ray layout (`scale`, used only with `scale.enabled` / `train --ray`) is config.scale's.
 """
@@ -12,13 +13,9 @@ from typing import Literal
 from pydantic import Field
 
 from tritonforge.config import Section
-from tritonforge.config.rollout import EvalBackendConfig, ProblemsConfig
+from tritonforge.config.rollout import ProblemsConfig, RolloutSections
 from tritonforge.config.scale import ScaleConfig
 from tritonforge.config.train import TrainerConfig
-from tritonforge.rollout.agent import AgentConfig
-from tritonforge.rollout.buffer import BufferConfig
-from tritonforge.rollout.engines.base import EngineConfig
-from tritonforge.rollout.tasks import TaskConfig
 
 
 class ScheduleConfig(Section):
@@ -40,26 +37,38 @@ class EvalPassConfig(Section):
     seed: int = Field(1234, description="sampling seed, identical before and after")
 
 
-class TrainRunConfig(Section):
-    """`tritonforge train --config FILE`."""
+class TrainRunConfig(RolloutSections):
+    """`tritonforge train --config FILE`: the rollout sections (engine, task, agent, problems,
+    eval, buffer, seed) plus the trainer, the schedule and the before/after measurement."""
 
     run_dir: str = "runs/train"
     steps: int = Field(10, ge=1, description="RL steps (one trainer update each)")
     problems_per_step: int = Field(4, ge=1)
-    seed: int = 0
     weight_sync: Literal["auto", "state_dict", "disk"] = Field(
         "auto", description="auto: in-memory for the in-process engine, saved weights otherwise"
     )
     save_rollouts: bool = Field(True, description="write each step's groups to RUN_DIR/rollouts/")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    task: TaskConfig = Field(default_factory=TaskConfig)
-    agent: AgentConfig = Field(default_factory=AgentConfig)
-    problems: ProblemsConfig = Field(default_factory=ProblemsConfig)
-    eval: EvalBackendConfig = Field(default_factory=EvalBackendConfig)
-    buffer: BufferConfig = Field(default_factory=BufferConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     evaluate: EvalPassConfig = Field(default_factory=EvalPassConfig)
     scale: ScaleConfig = Field(
         default_factory=ScaleConfig, description="Ray: actors, placement (enabled: train --ray)"
+    )
+
+
+DEFAULT_VARIANTS = {
+    "grpo": ["trainer.loss.type=grpo"],
+    "gspo": ["trainer.loss.type=gspo"],
+    "grpo_tis": ["trainer.loss.type=grpo_tis"],
+}
+
+
+class CompareConfig(Section):
+    """`tritonforge compare`: the base run once per variant (dotted overrides of the base)."""
+
+    run_dir: str = Field("runs/compare", description="variants run in RUN_DIR/<variant>")
+    base: TrainRunConfig = Field(default_factory=TrainRunConfig)
+    variants: dict[str, list[str]] = Field(
+        default_factory=lambda: {k: list(v) for k, v in DEFAULT_VARIANTS.items()},
+        description="variant name -> overrides of `base`",
     )

@@ -19,8 +19,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from tritonforge.config import Section
-from tritonforge.rollout.feedback import FeedbackConfig
-from tritonforge.rollout.prompts import PromptConfig
+from tritonforge.config.names import unknown_name
+from tritonforge.config.task import FeedbackConfig, PromptConfig
 
 __all__ = [
     "BUILTIN_LOSSES",
@@ -42,7 +42,7 @@ BUILTIN_LOSSES = ("grpo", "dr_grpo", "gspo", "grpo_tis", "gspo_tis")
 Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant_norm"]
 
 
-def _known_losses() -> set[str]:
+def known_losses() -> set[str]:
     mod = sys.modules.get("tritonforge.training.losses")
     registered = set(getattr(mod, "LOSSES", {})) if mod is not None else set()
     return set(BUILTIN_LOSSES) | registered
@@ -63,6 +63,16 @@ class ModelConfig(Section):
         "(autocast, or FSDP2 mixed precision); False trains pure bf16 (tiny updates round away).",
     )
     gradient_checkpointing: bool = Field(False, description="Recompute decoder layers in backward.")
+    checkpoint_layers: int | None = Field(
+        None,
+        ge=0,
+        description="With gradient_checkpointing: how many decoder layers (spread evenly) to "
+        "recompute; None = all. Fewer trade memory for speed.",
+    )
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="torch.compile each decoder layer and the lm-head chunks; auto = on CUDA.",
+    )
     attn_implementation: str = Field(
         "sdpa", description="HF attention backend: sdpa | eager | flash_attention_2 | ..."
     )
@@ -83,6 +93,9 @@ class OptimConfig(Section):
     )
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Decay floor as a fraction of lr.")
     grad_clip: float = Field(1.0, ge=0, description="Max global grad norm; 0 disables clipping.")
+    fused: bool | None = Field(
+        None, description="Fused AdamW kernel; None = fused on CUDA, foreach elsewhere."
+    )
 
     @model_validator(mode="after")
     def _decay_needs_total(self) -> OptimConfig:
@@ -97,8 +110,27 @@ class BatchConfig(Section):
     micro_batch_tokens: int = Field(
         8192,
         ge=1,
-        description="Padded tokens (rows x longest row) per micro-batch; a longer "
-        "sequence still gets a micro-batch of its own.",
+        description="Tokens per micro-batch: packed, the real tokens of its sequences; padded, "
+        "rows x longest row. A longer sequence still gets a micro-batch of its own.",
+    )
+    packing: bool = Field(
+        True,
+        description="Pack several sequences into one row per micro-batch (positions restart "
+        "per sequence, attention stays within it); False pads one sequence per row.",
+    )
+    pack_multiple: int = Field(
+        64, ge=1, description="A packed row is padded up to a multiple of this many tokens."
+    )
+    attention: Literal["auto", "varlen", "flex", "loop"] = Field(
+        "auto",
+        description="Attention over a packed row of unequal sequences: varlen (FlashAttention "
+        "varlen kernel, CUDA), flex (flex_attention), loop (SDPA per sequence); auto = varlen "
+        "on CUDA, loop elsewhere.",
+    )
+    attention_uniform: Literal["auto", "sdpa", "sdpa_cudnn", "sdpa_flash", "same"] = Field(
+        "auto",
+        description="Attention over a packed row of equally long sequences: one batched causal "
+        "SDPA call (auto = sdpa: torch picks the kernel), or `same` as `attention`.",
     )
     max_seq_len: int = Field(8192, ge=2, description="Longer sequences are handled by `overflow`.")
     overflow: Literal["truncate", "drop"] = Field(
@@ -144,9 +176,9 @@ class LossConfig(Section):
     @field_validator("type")
     @classmethod
     def _known_type(cls, value: str) -> str:
-        known = _known_losses()
+        known = known_losses()
         if value not in known:
-            raise ValueError(f"unknown loss {value!r}; known: {sorted(known)}")
+            raise ValueError(unknown_name("loss", value, known))
         return value
 
 

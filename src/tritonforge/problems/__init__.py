@@ -1,8 +1,10 @@
 """Problems: the built-in suite, KernelBench loaders, size presets and selection.
 
 Covers: a registry of suites keyed by name (`SUITES`), each a function returning Problems at a
-size preset, and `select` filters. Does not cover: running problems (see evaluation).
-A new suite is a registry entry: `register_suite("name", loader)`.
+size preset with the presets it knows (`SUITE_SIZES`), `known_suites`, `check_suite` (name and
+size checked before anything loads, with "did you mean"), and `select` filters. Does not cover:
+running problems (see evaluation). A new suite is a registry entry:
+`register_suite("name", loader, sizes=(...))`.
 """
 
 from __future__ import annotations
@@ -10,21 +12,47 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable
 
+from tritonforge.config.names import unknown_name
 from tritonforge.types import Problem
 
 SuiteLoader = Callable[..., list[Problem]]
 SUITES: dict[str, SuiteLoader] = {}
+SUITE_SIZES: dict[str, tuple[str, ...]] = {}
 
 
-def register_suite(name: str, loader: SuiteLoader) -> None:
+class UnknownSuite(KeyError):
+    """A suite name or size preset that no registered suite knows; str() is the message."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def register_suite(name: str, loader: SuiteLoader, sizes: tuple[str, ...] = ()) -> None:
+    """Register `loader` as suite `name`; `sizes` lists its size presets (empty: not checked)."""
     SUITES[name] = loader
+    SUITE_SIZES[name] = tuple(sizes)
+
+
+def known_suites() -> list[str]:
+    """Every suite name: the project's own (imported now if needed) and any registered."""
+    _ensure_registered(None)
+    return sorted(SUITES)
+
+
+def check_suite(name: str, size: str | None = None) -> None:
+    """Raise UnknownSuite (with the known names and a "did you mean") for an unknown suite or
+    size preset; loads no problem."""
+    _ensure_registered(name if name in _SUITE_MODULES else None)
+    if name not in SUITES:
+        raise UnknownSuite(unknown_name("suite", name, SUITES))
+    sizes = SUITE_SIZES.get(name, ())
+    if size is not None and sizes and size not in sizes:
+        raise UnknownSuite(unknown_name(f"{name} size preset", size, sizes))
 
 
 def load_suite(name: str, **kwargs) -> list[Problem]:
     """Load a registered suite (`builtin`, `kernelbench`, ...); kwargs go to its loader."""
-    _ensure_registered(name)
-    if name not in SUITES:
-        raise KeyError(f"unknown suite {name!r}; known: {sorted(SUITES)}")
+    check_suite(name, kwargs.get("size"))
     return SUITES[name](**kwargs)
 
 
@@ -62,17 +90,9 @@ _SUITE_MODULES = {
 
 
 def _ensure_registered(name: str | None = None) -> None:
-    """Import the module of suite `name` (or of every known suite) if not registered yet.
-
-    A suite module that is missing from this checkout is skipped; its own import errors are not.
-    """
+    """Import the module of suite `name` (or of every project suite) if not registered yet."""
     import importlib
 
     for suite, module in _SUITE_MODULES.items():
-        if suite in SUITES or (name is not None and suite != name):
-            continue
-        try:
+        if suite not in SUITES and (name is None or suite == name):
             importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise

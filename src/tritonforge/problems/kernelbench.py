@@ -335,4 +335,4 @@ def scale_kernelbench(
     return scaled
 
 
-register_suite(SUITE, load_kernelbench)
+register_suite(SUITE, load_kernelbench, sizes=tuple(SIZES))

@@ -66,18 +66,11 @@ def _load(src: str) -> dict[str, Any]:
 
 def measure(src: str) -> Measure:
     """Sizes of one forward, built and run on the meta device (no memory, no compute)."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
+    from tritonforge.problems.workload import run_on_meta
 
-    ns = _load(src)
-    with torch.device("meta"):
-        model = ns["Model"](*ns["get_init_inputs"]())
-        inputs = ns["get_inputs"]()
-        counter = FlopCounterMode(display=False)
-        with torch.no_grad(), counter:
-            out = model(*inputs)
+    model, inputs, out, flops = run_on_meta(src)
     params = sum(t.numel() for t in model.parameters()) + sum(b.numel() for b in model.buffers())
-    return Measure(_numel(inputs), params, _numel(out), int(counter.get_total_flops()))
+    return Measure(_numel(inputs), params, _numel(out), flops)
 
 
 def _excess(m: Measure, budget: float, flop_budget: float) -> float:

@@ -1,6 +1,6 @@
 """The multi-turn agent: generate, extract, judge, feed back, repeat; token in, token out.
 
-Covers: `AgentConfig`, `ChatFrame` (the exact feedback tokens appended between turns, derived
+Covers: `AgentConfig` (from config.agent), `ChatFrame` (the exact feedback tokens appended between turns, derived
 from the tokenizer's chat template), and `Agent.run` which plays a batch of episodes in
 lockstep (one engine call per turn for all live episodes, judging concurrently). A trajectory's
 token stream is exactly what the engine produced plus template/feedback tokens: nothing is ever
@@ -14,33 +14,17 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from tritonforge.config import Section
+from tritonforge.config.agent import AgentConfig
 from tritonforge.logging_setup import get_logger
-from tritonforge.rollout.engines.base import Engine, SamplingParams
+from tritonforge.rollout.engines.base import Engine
 from tritonforge.rollout.prompts import continuation_ids, end_of_turn_id, render
-from tritonforge.rollout.returns import ReturnsConfig, apply_returns
+from tritonforge.rollout.returns import apply_returns
 from tritonforge.rollout.tasks import Task
 from tritonforge.types import GenStatus, Problem, Status, Trajectory, Turn
 
 log = get_logger(__name__)
-
-
-class AgentConfig(Section):
-    """How an episode is played."""
-
-    max_turns: int = Field(3, ge=1, description="assistant turns per episode")
-    early_stop: Literal["correct", "never", "speedup"] = Field(
-        "correct",
-        description="stop when correct; never; or when correct with speedup >= stop_speedup",
-    )
-    stop_speedup: float = Field(1.5, description="early_stop=speedup: threshold")
-    max_context_tokens: int = Field(8192, ge=64, description="stop before a turn would exceed this")
-    sampling: SamplingParams = Field(default_factory=SamplingParams)
-    returns: ReturnsConfig = Field(default_factory=ReturnsConfig)
 
 
 class ChatFrame:

@@ -1,6 +1,6 @@
 """The rollout buffer: groups of n samples per problem, processed by named stages, saved to disk.
 
-Covers: `BufferConfig`, `RolloutBuffer` (add a group -> statistics, validity, filter with a
+Covers: `BufferConfig` (from config.buffer), `RolloutBuffer` (add a group -> statistics, validity, filter with a
 per-problem regeneration cap, per-turn normalisation, per-token advantages, padding; take
 batches; `stats()`), `GroupOutcome`, and JSONL/parquet save and load. Does not cover: the stage
 functions themselves (see rollout.buffer_stages), generating samples (the agent loop) or losses
@@ -22,11 +22,9 @@ import json
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
-from pydantic import Field
-
-from tritonforge.config import Section
+from tritonforge.config.buffer import BufferConfig
+from tritonforge.config.names import unknown_name
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.buffer_stages import (
     FILTERS,
@@ -38,46 +36,32 @@ from tritonforge.rollout.buffer_stages import (
 )
 from tritonforge.types import Group, Trajectory, Turn
 
-__all__ = ["BufferConfig", "GroupOutcome", "RolloutBuffer", "load_groups", "save_groups"]
+__all__ = [
+    "BufferConfig",
+    "GroupOutcome",
+    "RolloutBuffer",
+    "check_stage_names",
+    "load_groups",
+    "save_groups",
+]
 
 log = get_logger(__name__)
 
+STAGE_TABLES = {
+    "validity": VALIDITY,
+    "filter": FILTERS,
+    "normalize": NORMALIZERS,
+    "padding": PADDERS,
+    "stats": STATS,
+}
 
-class BufferConfig(Section):
-    """Group size and the stage chosen by name for each of the five buffer hooks."""
 
-    group_size: int = Field(8, ge=1, description="samples per problem (n)")
-    validity: str = Field("all_valid", description="all_valid | allow_partial")
-    min_group_size: int = Field(2, ge=1, description="allow_partial: fewest valid samples kept")
-    filter: str = Field("none", description="none | drop_zero_variance")
-    zero_variance_tol: float = Field(
-        1e-9, ge=0, description="returns closer than this count as equal"
-    )
-    max_regenerations: int = Field(
-        2, ge=0, description="per problem: dropped groups that ask for a new one"
-    )
-    on_exhausted: Literal["drop", "keep"] = Field(
-        "drop", description="filter drop after the cap: drop or accept"
-    )
-    normalize: str = Field("zscore", description="zscore | mean_only | none (per turn index)")
-    epsilon: float = Field(1e-6, ge=0, description="added to the std in zscore")
-    padding: str = Field("none", description="none | duplicate | duplicate_masked")
-    stats: str = Field("kernel", description="kernel | basic")
-    fast_p_thresholds: list[float] = Field(
-        default_factory=lambda: [1.0], description="fast_p speedup thresholds"
-    )
-
-    def check_names(self) -> None:
-        """Raise KeyError naming the stage whose name is not registered."""
-        for what, name, table in (
-            ("validity", self.validity, VALIDITY),
-            ("filter", self.filter, FILTERS),
-            ("normalize", self.normalize, NORMALIZERS),
-            ("padding", self.padding, PADDERS),
-            ("stats", self.stats, STATS),
-        ):
-            if name not in table:
-                raise KeyError(f"unknown buffer {what} {name!r}; known: {sorted(table)}")
+def check_stage_names(cfg: BufferConfig) -> None:
+    """Raise KeyError naming the buffer stage whose name is not registered (with suggestions)."""
+    for what, table in STAGE_TABLES.items():
+        name = getattr(cfg, what)
+        if name not in table:
+            raise KeyError(unknown_name(f"buffer {what}", name, table))
 
 
 @dataclass
@@ -106,7 +90,7 @@ class RolloutBuffer:
 
     def __init__(self, cfg: BufferConfig | None = None) -> None:
         self.cfg = cfg or BufferConfig()
-        self.cfg.check_names()
+        check_stage_names(self.cfg)
         self._groups: deque[Group] = deque()
         self._regens: Counter[str] = Counter()
         self._dropped: Counter[str] = Counter()

@@ -27,7 +27,7 @@ from tritonforge.logging_setup import get_logger
 from tritonforge.types import Status, Trajectory
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tritonforge.rollout.buffer import BufferConfig
+    from tritonforge.config.buffer import BufferConfig
 
 log = get_logger(__name__)
 

@@ -1,6 +1,6 @@
 """The feedback message a model reads after a turn, built from the evaluator's Verdict.
 
-Covers: `FeedbackConfig`, `build_feedback(verdict, cfg) -> str` (status in words, the trimmed
+Covers: `FeedbackConfig` (from config.task), `build_feedback(verdict, cfg) -> str` (status in words, the trimmed
 error or traceback, mismatch details, the reward-hack rule with its reason and what is allowed
 instead, timings and speedup, what to fix next) and `trim_text` (head + tail + the lines that
 point at the candidate's file). Deterministic: the same verdict and config always give the same
@@ -13,9 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pydantic import Field
-
-from tritonforge.config import Section
+from tritonforge.config.task import FeedbackConfig
 from tritonforge.types import Mismatch, Status, Verdict
 
 __all__ = [
@@ -108,40 +106,6 @@ STATUS_TEXT: dict[Status, tuple[str, str]] = {
 }
 
 _FILE_LINE = re.compile(r'File "([^"]+)", line \d+')
-
-
-class FeedbackConfig(Section):
-    """Shape and size of the feedback message."""
-
-    max_chars: int = Field(4000, ge=300, description="hard cap on the whole message")
-    error_chars: int = Field(2000, ge=100, description="cap on the trimmed error/traceback")
-    error_head_lines: int = Field(12, ge=1, description="first lines of an error kept")
-    error_tail_lines: int = Field(25, ge=1, description="last lines of an error kept")
-    max_line_chars: int = Field(300, ge=40, description="longer lines are cut in the middle")
-    max_marked_frames: int = Field(
-        6, ge=0, description="traceback frames in the candidate's file kept from the middle"
-    )
-    candidate_markers: list[str] = Field(
-        default_factory=lambda: ["candidate", "<string>", "solution", "model_new"],
-        description="substrings of a traceback's file path that mark the candidate's own file",
-    )
-    include_stderr: bool = Field(
-        True, description="add the stderr tail when the message does not contain it"
-    )
-    include_stdout: bool = False
-    include_audit: bool = Field(
-        True, description="list the PyTorch ops/violations the audit saw (hacks)"
-    )
-    include_timing: bool = True
-    max_listed_ops: int = Field(8, ge=1)
-    closing: str = Field(
-        "Reply with the complete corrected program in one ```python block.",
-        description="last line after a failure",
-    )
-    closing_correct: str = Field(
-        "If you can make it faster while keeping it correct, reply with the complete improved program in one ```python block.",
-        description="last line after a correct answer",
-    )
 
 
 def _clip_line(line: str, limit: int) -> str:

@@ -1,6 +1,6 @@
 """Prompts for the kernel agent: system and user templates, chat messages, chat-template rendering.
 
-Covers: `PromptConfig`, loading templates (a name shipped in `rollout/prompts/<name>.txt` or a
+Covers: `PromptConfig` (from config.task), loading templates (a name shipped in `rollout/prompts/<name>.txt` or a
 file path), filling `{{placeholders}}` (single pass, so a problem source containing braces is
 inserted verbatim), `build_messages(problem, cfg)` and `render(tokenizer, messages)` through the
 tokenizer's chat template. Does not cover: feedback messages between turns (see
@@ -20,9 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
-from tritonforge.config import Section
+from tritonforge.config.task import PromptConfig
 from tritonforge.types import Problem
 
 __all__ = [
@@ -59,33 +57,6 @@ THINKING_ON = (
 THINKING_OFF = "Answer directly with the code block; keep any explanation short."
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-
-
-class PromptConfig(Section):
-    """Which templates build the first messages of a kernel episode, and what goes in them."""
-
-    system_template: str = Field(
-        "system", description="template name in rollout/prompts/ (without .txt) or a file path"
-    )
-    user_template: str = Field("user", description="template name or file path")
-    example_template: str = Field(
-        "example_add", description="one-shot example (reference + Triton solution): name or path"
-    )
-    include_example: bool = Field(True, description="put the one-shot example in the user message")
-    hardware: str | None = Field(
-        None,
-        description="facts about the target device: a preset name (h200, h100, cpu-interpreter) "
-        "or free text; None leaves the section out",
-    )
-    thinking: bool = Field(
-        True,
-        description="ask for reasoning in <think> tags; also passed to the chat template as "
-        "enable_thinking by render_prompt",
-    )
-    use_system_message: bool = Field(
-        True,
-        description="False merges the system text into the user message (for models without a system role)",
-    )
 
 
 def load_template(name_or_path: str) -> str:

@@ -1,6 +1,6 @@
 """Per-turn returns from per-turn rewards, in a registry keyed by name.
 
-Covers: pure functions rewards [r_0..r_{T-1}] -> returns [R_0..R_{T-1}], `ReturnsConfig`,
+Covers: pure functions rewards [r_0..r_{T-1}] -> returns [R_0..R_{T-1}], `ReturnsConfig` (from config.agent),
 `compute_returns` and `apply_returns` (writes Turn.ret of a Trajectory). Does not cover: the
 reward of one turn (see evaluation.rewards) or normalisation across a group (see rollout.buffer).
 
@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pydantic import Field
-
-from tritonforge.config import Section
+from tritonforge.config.agent import ReturnsConfig
 from tritonforge.types import Trajectory
 
 __all__ = ["RETURNS", "ReturnsConfig", "apply_returns", "compute_returns", "discounted_returns"]
@@ -33,16 +31,6 @@ def register(name: str) -> Callable[[ReturnFn], ReturnFn]:
         return fn
 
     return deco
-
-
-class ReturnsConfig(Section):
-    """How per-turn rewards become the per-turn returns the buffer normalises."""
-
-    type: str = Field(
-        "discounted",
-        description="discounted | trajectory_last | trajectory_max | trajectory_discounted",
-    )
-    gamma: float = Field(0.4, ge=0.0, le=1.0, description="per-turn discount (discounted modes)")
 
 
 @register("discounted")

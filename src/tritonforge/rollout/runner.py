@@ -19,33 +19,18 @@ from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.agent import Agent, AgentConfig
 from tritonforge.rollout.buffer import GroupOutcome, RolloutBuffer
 from tritonforge.rollout.engines.base import Engine
-from tritonforge.rollout.tasks import TaskConfig, build_task, make_arith_problems
+from tritonforge.rollout.tasks import TaskConfig, build_task
 from tritonforge.types import Problem
 
 log = get_logger(__name__)
 
 
 def load_problems(cfg: ProblemsConfig) -> list[Problem]:
-    """Problems of the configured suite after filters (arith: generated sanity problems)."""
-    if cfg.suite == "arith":
-        return make_arith_problems(cfg.limit or 16)
-    from tritonforge.problems import load_suite, select
+    """Problems of the configured suite after filters (arith: generated sanity problems);
+    a `plan.PlanError` says which name or filter matched nothing (see plan.problems)."""
+    from tritonforge.plan.problems import resolve_problems
 
-    kwargs: dict[str, Any] = {}
-    if cfg.size:
-        kwargs["size"] = cfg.size
-    if cfg.source:
-        kwargs["source"] = cfg.source
-    probs = select(
-        load_suite(cfg.suite, **kwargs),
-        level=cfg.level,
-        name=cfg.name,
-        category=cfg.category,
-        ids=cfg.ids or None,
-    )
-    if not probs:
-        raise ValueError(f"no problems match {cfg.model_dump(exclude_none=True)}")
-    return probs[: cfg.limit] if cfg.limit else probs
+    return resolve_problems(cfg)
 
 
 def build_eval_backend(cfg: EvalBackendConfig) -> EvalBackend:

@@ -1,7 +1,7 @@
 """Task types the agent loop can run, in a registry keyed by name: `kernel` and `arith`.
 
 Covers: the `Task` interface the multi-turn loop calls (`initial_messages`, `extract`, async
-`judge` -> Verdict, `feedback`), `TaskConfig`, `build_task`, the `kernel` task (prompts,
+`judge` -> Verdict, `feedback`), `TaskConfig` (from config.task), `build_task`, the `kernel` task (prompts,
 extraction and feedback of this package, verdicts from an `EvalBackend`) and the `arith` sanity
 task ("What is a+b?", reward 1 when the answer's last integer is right). Does not cover: the
 loop itself, tokens or engines, or how a backend judges (see evaluation).
@@ -19,16 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from pydantic import Field
-
-from tritonforge.config import Section
 from tritonforge.config.eval import EvalSettings
+from tritonforge.config.task import FeedbackConfig, PromptConfig, TaskConfig
 from tritonforge.evaluation.api import EvalBackend
 from tritonforge.evaluation.judge.rewards import compute_reward
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.extract import Extraction, Found, ThinkState, extract_code, split_thinking
-from tritonforge.rollout.feedback import FeedbackConfig, build_feedback
-from tritonforge.rollout.prompts import PromptConfig, build_messages
+from tritonforge.rollout.feedback import build_feedback
+from tritonforge.rollout.prompts import build_messages
 from tritonforge.types import Problem, Status, Verdict
 
 __all__ = [
@@ -57,17 +55,6 @@ class Task(Protocol):
     async def judge(self, problem: Problem, extracted: Extraction) -> Verdict: ...
 
     def feedback(self, verdict: Verdict, response_truncated: bool = False) -> str: ...
-
-
-class TaskConfig(Section):
-    """Which task type, and the settings of its prompts, extraction and feedback."""
-
-    type: str = Field("kernel", description="kernel | arith")
-    prompt: PromptConfig = Field(default_factory=PromptConfig)
-    feedback: FeedbackConfig = Field(default_factory=FeedbackConfig)
-    allow_code_in_think: bool = Field(
-        False, description="kernel: use code found only inside <think> as a last resort"
-    )
 
 
 def _no_code_message(extracted: Extraction) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 from tritonforge.config.run import TrainRunConfig
 from tritonforge.logging_setup import get_logger
+from tritonforge.plan.runs import TrainPlan, resolve_train
 from tritonforge.scale.actors import EngineFactory, EvalWorker, RolloutWorker
 from tritonforge.scale.placement import PlacementPlan, Placements, plan_placement
 from tritonforge.scale.rollout_pool import InMemoryPoolEngine, PoolEngine, RayAgent, RolloutPool
@@ -168,24 +169,28 @@ async def _report(pool: RolloutPool, st: _Started, timeout_s: float) -> dict[str
 
 
 async def run_training_ray(
-    cfg: TrainRunConfig, engine_factory: EngineFactory | None = None
+    plan: TrainPlan | TrainRunConfig, engine_factory: EngineFactory | None = None
 ) -> dict[str, Any]:
     """Run the RL job on Ray; returns (and writes) RUN_DIR/summary.json with a `scale` report.
 
+    A bare config is resolved into a plan first (nothing starts before it checks out).
     `engine_factory(EngineConfig) -> Engine` replaces `build_engine` in the rollout workers
     (an extension point; tests use a scripted engine). It travels to the workers by pickle."""
     from tritonforge.training.loop import drive, open_run, write_summary
 
-    cfg = absolute_paths(cfg)
+    if isinstance(plan, TrainRunConfig):
+        plan = resolve_train(plan, ray=True)
+    plan = plan.with_config(absolute_paths(plan.config))
+    cfg = plan.config
     name = cfg.scale.name or f"tf-{secrets.token_hex(4)}"
-    plan: PlacementPlan = plan_placement(cfg.scale)
+    placement: PlacementPlan = plan_placement(cfg.scale)
     st = _Started(cluster=_connect(cfg))
     try:
-        st.placements = pl = Placements(plan, name)
+        st.placements = pl = Placements(placement, name)
         await asyncio.to_thread(pl.wait, cfg.scale.placement_timeout_s)
         urls = await asyncio.to_thread(_start_servers, cfg, pl, name, st)
         _start_evals(cfg, pl, name, st)
-        opts = [pl.options(s) for s in plan.slots["trainer"]]
+        opts = [pl.options(s) for s in placement.slots["trainer"]]
         st.trainers = TrainerGroup.create(cfg, opts, name)
         st.group = group = TrainerGroup(st.trainers, cfg)
         _start_workers(cfg, pl, name, st, urls, engine_factory)
@@ -193,9 +198,9 @@ async def run_training_ray(
         st.pool = pool = RolloutPool(st.workers, cfg.scale.rollout)
         engine = (InMemoryPoolEngine if cfg.engine.type == "hf" else PoolEngine)(pool)
         agent = RayAgent(pool, engine, await pool.params())
-        run_dir, logger = open_run(cfg)
+        run_dir, logger = open_run(plan)
         try:
-            summary = await drive(cfg, group, agent, logger, run_dir)
+            summary = await drive(plan, group, agent, logger)
         finally:
             logger.close()
         report = await _report(pool, st, cfg.scale.rollout.resync_timeout_s)

@@ -4,9 +4,12 @@ Covers: `TrainSequence` (the trainer's view of one sample: tokens, loss mask, pe
 advantages and rollout log-probs), length handling (truncate or drop past `max_seq_len`),
 planning micro-batches (longest first, rows x longest row <= budget, whole sequences only, as
 GSPO and the sequence-mean aggregations need), collating them (right padding, attention mask,
-targets shifted by one), global token/sequence counts for loss normalisation, sharding a global
-batch over data-parallel ranks and splitting it into minibatches.
-Does not cover: computing advantages (the buffer), log-probs, or moving data between processes.
+targets shifted by one), `Scoring` (where the scored positions sit, computed on the host so the
+device never has to search for them), global token/sequence counts for loss normalisation,
+sharding a global batch over data-parallel ranks and splitting it into minibatches.
+Does not cover: packing several sequences into one row (training.packing builds the packed
+model input of a MicroBatch), computing advantages (the buffer), log-probs, or moving data
+between processes.
 
 Alignment: a sequence of T tokens gives T - 1 positions; position t reads tokens [0..t] and
 predicts token t + 1, so `targets[t] = token_ids[t+1]` and every per-token value of token t + 1
@@ -18,6 +21,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -27,6 +31,7 @@ from tritonforge.types import Trajectory
 __all__ = [
     "IGNORE",
     "MicroBatch",
+    "Scoring",
     "TrainSequence",
     "collate",
     "count_tokens",
@@ -144,9 +149,49 @@ def plan_micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     return groups
 
 
+def _move(t: Tensor | None, device: torch.device | str) -> Tensor | None:
+    """`t` on `device`; from pinned host memory when the target is a GPU (an asynchronous copy)."""
+    if t is None or t.device == torch.device(device):
+        return t
+    if torch.device(device).type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+@dataclass
+class Scoring:
+    """The K scored positions of a micro-batch, found on the host.
+
+    `src[k]` indexes the model's flattened positions (rows x length of its input, padded or
+    packed), `dst[k]` the flattened [B, L] output layout, `targets[k]` is the token predicted
+    there. With these the lm head runs on scored positions only and no device-side search (a
+    host sync) is needed.
+    """
+
+    src: Tensor  # [K] long
+    dst: Tensor  # [K] long
+    targets: Tensor  # [K] long
+
+    def to(self, device: torch.device | str) -> Scoring:
+        return Scoring(
+            _move(self.src, device), _move(self.dst, device), _move(self.targets, device)
+        )
+
+    @classmethod
+    def of_padded(cls, targets_bl: Tensor) -> Scoring:
+        """Scored positions (targets >= 0) of a padded [B, L] batch: src == dst."""
+        idx_k = (targets_bl.reshape(-1) >= 0).nonzero().squeeze(1)
+        return cls(idx_k, idx_k.clone(), targets_bl.reshape(-1)[idx_k].clone())
+
+
 @dataclass
 class MicroBatch:
-    """Padded tensors of whole sequences; all [B, L] with L = longest T - 1 in the batch."""
+    """Padded tensors of whole sequences; all [B, L] with L = longest T - 1 in the batch.
+
+    The loss always sees this [B, L] layout. `packed` (training.packing) is the model input when
+    the sequences run packed in one row instead of padded rows; `scoring` says where the scored
+    positions are in either layout.
+    """
 
     input_ids: Tensor  # long
     attention_mask: Tensor  # long, 1 on real tokens
@@ -158,19 +203,20 @@ class MicroBatch:
     num_tokens: int  # scored tokens
     num_seqs: int  # rows with >= 1 scored token
     real_tokens: int  # non-padding input positions
+    scoring: Scoring | None = None
+    packed: Any = None  # training.packing.PackedInputs: the packed model input, if packed
 
     def to(self, device: torch.device | str) -> MicroBatch:
-        def mv(t: Tensor | None) -> Tensor | None:
-            return t.to(device, non_blocking=True) if t is not None else None
-
         return replace(
             self,
-            input_ids=mv(self.input_ids),
-            attention_mask=mv(self.attention_mask),
-            targets=mv(self.targets),
-            mask=mv(self.mask),
-            advantages=mv(self.advantages),
-            rollout_logp=mv(self.rollout_logp),
+            input_ids=_move(self.input_ids, device),
+            attention_mask=_move(self.attention_mask, device),
+            targets=_move(self.targets, device),
+            mask=_move(self.mask, device),
+            advantages=_move(self.advantages, device),
+            rollout_logp=_move(self.rollout_logp, device),
+            scoring=self.scoring.to(device) if self.scoring is not None else None,
+            packed=self.packed.to(device) if self.packed is not None else None,
         )
 
     @property
@@ -182,9 +228,11 @@ class MicroBatch:
         """One row of two pad tokens that scores nothing: keeps FSDP ranks in step."""
         z = torch.zeros(1, 2)
         ids = torch.full((1, 2), pad_id, dtype=torch.long)
+        targets = ids.clone()
         return cls(
-            ids, torch.ones(1, 2, dtype=torch.long), ids.clone(), z, z.clone(), None, [], 0, 0, 2
-        )
+            ids, torch.ones(1, 2, dtype=torch.long), targets, z, z.clone(), None, [], 0, 0, 2,
+            Scoring.of_padded(targets),
+        )  # fmt: skip
 
 
 def collate(seqs: Sequence[TrainSequence], pad_id: int = 0) -> MicroBatch:
@@ -212,7 +260,7 @@ def collate(seqs: Sequence[TrainSequence], pad_id: int = 0) -> MicroBatch:
     num_seqs = int((mask.sum(-1) > 0).sum())
     return MicroBatch(
         input_ids, attn, targets, mask, adv, rollout, [s.index for s in seqs],
-        num_tokens, num_seqs, int(attn.sum()),
+        num_tokens, num_seqs, int(attn.sum()), Scoring.of_padded(targets),
     )  # fmt: skip
 
 

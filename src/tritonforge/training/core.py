@@ -1,11 +1,13 @@
 """The training core shared by the SFT and RL trainers: one policy, its optimizer, its step.
 
 Covers: `TrainCore` (builds or adopts the HF model, wraps it in `PolicyModel`, moves it to the
-device, shards it with FSDP2 under torchrun, owns AdamW + schedule; runs micro-batch forwards,
-scaled backwards and the clipped optimizer step; keeps FSDP ranks in step with dummy
-micro-batches; saves/loads checkpoints; exports HF weights and the full state dict),
-`frozen_logprobs` (no-grad log-probs of a set of sequences, for old-policy and reference
-log-probs) and `MetricSums` (token-weighted metric accumulation reduced over ranks).
+device, compiles its decoder layers and checkpoints the chosen ones (model.accelerate_layers),
+shards it with FSDP2 under torchrun, owns AdamW + schedule; builds packed or padded
+micro-batches, runs their forwards, scaled backwards and the clipped optimizer step; keeps FSDP
+ranks in step with dummy micro-batches; saves/loads checkpoints; exports HF weights and the full
+state dict), `frozen_logprobs` (no-grad log-probs of a set of sequences, for old-policy and
+reference log-probs) and `MetricSums` (token-weighted metric accumulation on the device, one host
+sync when reduced).
 Does not cover: losses or data (the trainers), the schedule of checkpoints.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +31,32 @@ from tritonforge.training.distributed import (
     all_reduce_max,
     all_reduce_sum,
     barrier,
+    decoder_layers,
     init_distributed,
     shard_model,
 )
+from tritonforge.training.logprobs import EAGER, compiled_ops
 from tritonforge.training.model import (
     PolicyModel,
+    accelerate_layers,
+    checkpoint_indices,
     compute_dtype,
     load_causal_lm,
     param_dtype,
     prepare_for_training,
 )
 from tritonforge.training.optim import build_optimizer, build_scheduler, clip_and_step
+from tritonforge.training.packing import make_packed_micro_batches, pack_micro_batch
 
-__all__ = ["MetricSums", "TrainCore", "frozen_logprobs", "gather_rows", "pad_id_of"]
+__all__ = [
+    "MetricSums",
+    "TrainCore",
+    "frozen_logprobs",
+    "gather_rows",
+    "make_policy",
+    "pad_id_of",
+    "use_compile",
+]
 
 log = get_logger(__name__)
 Tensor = torch.Tensor
@@ -83,7 +99,16 @@ class TrainCore:
         self.tokenizer = tokenizer
         self.pad_id = pad_id_of(lm, tokenizer)
         self.compute_dtype = compute_dtype(model_cfg)
-        self.policy = PolicyModel(self.lm, batch_cfg.chunk_tokens, self.compute_dtype)
+        self.compiled = use_compile(model_cfg, self.ctx.device)
+        self.policy = make_policy(self.lm, batch_cfg, self.compute_dtype, self.compiled)
+        n_layers = len(decoder_layers(self.lm))
+        ckpt_layers = (
+            checkpoint_indices(n_layers, model_cfg.checkpoint_layers)
+            if model_cfg.gradient_checkpointing
+            else []
+        )
+        accelerate_layers(self.lm, self.compiled, ckpt_layers)
+        self.policy.layers_compiled = self.compiled
         mp = self.compute_dtype if self.compute_dtype != param_dtype(model_cfg) else None
         shard_model(self.policy, self.lm, dist_cfg, self.ctx, mp)
         self.optimizer = build_optimizer(self.policy, optim_cfg)
@@ -92,25 +117,37 @@ class TrainCore:
 
     # ---------------------------------------------------------------- micro-batches
     def micro_batches(self, seqs: Sequence[TrainSequence]) -> list[MicroBatch]:
-        """This rank's micro-batches, padded with dummies to the max count over ranks (FSDP
-        needs every rank to run the same number of forwards/backwards)."""
-        mbs = make_micro_batches(seqs, self.batch_cfg.micro_batch_tokens, self.pad_id)
+        """This rank's micro-batches (packed when the policy packs), padded with dummies to the
+        max count over ranks (FSDP needs every rank to run the same number of forwards and
+        backwards)."""
+        cfg, vocab = self.batch_cfg, self.lm.get_output_embeddings().weight.shape[0]
+        for s in seqs:  # checked here, on the host: on the device it would be a sync or a crash
+            if s.token_ids and not 0 <= min(s.token_ids) <= max(s.token_ids) < vocab:
+                raise ValueError(f"sequence {s.index}: a token id is outside the vocabulary")
+        if self.policy.packing:
+            mbs = make_packed_micro_batches(
+                seqs, cfg.micro_batch_tokens, self.pad_id, cfg.pack_multiple
+            )
+        else:
+            mbs = make_micro_batches(seqs, cfg.micro_batch_tokens, self.pad_id)
         if self.ctx.distributed:
             n = torch.tensor([len(mbs)], device=self.ctx.device)
             target = int(all_reduce_max(n, self.ctx).item())
-            mbs += [MicroBatch.dummy(self.pad_id) for _ in range(target - len(mbs))]
+            mbs += [self._dummy() for _ in range(target - len(mbs))]
         return mbs
+
+    def _dummy(self) -> MicroBatch:
+        if not self.policy.packing:
+            return MicroBatch.dummy(self.pad_id)
+        seq = TrainSequence([self.pad_id] * 3, [0, 0, 0])  # scores nothing
+        mb = pack_micro_batch([seq], self.pad_id, self.batch_cfg.pack_multiple)
+        return replace(mb, seq_index=[])  # stands for no sequence (else it would be number 0)
 
     def forward(
         self, mb: MicroBatch, temperature: float = 1.0, compute_entropy: bool = False
     ) -> tuple[Tensor, Tensor | None]:
-        """(logp [B, L], entropy [B, L] | None) of a micro-batch already on the device.
-
-        Without padding the attention mask is dropped, so attention takes the plain causal
-        path (flash / memory-efficient SDPA kernels) instead of a materialised mask."""
-        padded = mb.real_tokens != mb.input_ids.numel()
-        attn = mb.attention_mask if padded else None
-        return self.policy(mb.input_ids, attn, mb.targets, temperature, compute_entropy)
+        """(logp [B, L], entropy [B, L] | None) of a micro-batch already on the device."""
+        return self.policy(mb, temperature, compute_entropy)
 
     def backward(self, loss: Tensor) -> None:
         """Backward of a globally normalised micro-batch loss (x world size: FSDP averages)."""
@@ -165,6 +202,21 @@ class TrainCore:
         return state
 
 
+def use_compile(cfg: ModelConfig, device: torch.device) -> bool:
+    """Whether to torch.compile the decoder layers and lm-head chunks ("auto": on CUDA)."""
+    return cfg.compile == "on" or (cfg.compile == "auto" and device.type == "cuda")
+
+
+def make_policy(
+    lm: nn.Module, cfg: BatchConfig, dtype: torch.dtype, compiled: bool = False
+) -> PolicyModel:
+    """The PolicyModel of `lm` as the batch config asks (packing, attention, chunk size)."""
+    return PolicyModel(
+        lm, cfg.chunk_tokens, dtype, packing=cfg.packing, attn_ragged=cfg.attention,
+        attn_uniform=cfg.attention_uniform, head_ops=compiled_ops() if compiled else EAGER,
+    )  # fmt: skip
+
+
 @torch.no_grad()
 def frozen_logprobs(
     core: TrainCore,
@@ -179,8 +231,7 @@ def frozen_logprobs(
     policy.eval()
     try:
         for mb in core.micro_batches(seqs):
-            mb_d = mb.to(core.ctx.device)
-            logp, _ = policy(mb_d.input_ids, mb_d.attention_mask, mb_d.targets, temperature, False)
+            logp, _ = policy(mb.to(core.ctx.device), temperature, False)
             lengths = mb.attention_mask.sum(-1).tolist()
             for row, idx in enumerate(mb.seq_index):
                 out[idx] = logp[row, : int(lengths[row])].detach()
@@ -200,39 +251,54 @@ def gather_rows(store: dict[int, Tensor], mb: MicroBatch, device: torch.device) 
 
 
 class MetricSums:
-    """Accumulates loss metrics: token-weighted means, sums (`loss`, `pg_loss`), maxima (`*_max`)."""
+    """Accumulates loss metrics: token-weighted means, sums (`loss`, `pg_loss`), maxima (`*_max`).
+
+    Values stay on their device (0-d tensors from the losses): adding them never waits for the
+    GPU; `reduce` syncs once."""
 
     SUMMED = ("loss", "pg_loss")
 
     def __init__(self) -> None:
-        self.weighted: dict[str, float] = {}
-        self.summed: dict[str, float] = {}
-        self.maxed: dict[str, float] = {}
+        self.weighted: dict[str, Tensor] = {}
+        self.summed: dict[str, Tensor] = {}
+        self.maxed: dict[str, Tensor] = {}
         self.tokens = 0.0
 
     def add(self, metrics: dict[str, Tensor], tokens: int) -> None:
         self.tokens += tokens
         for k, v in metrics.items():
-            x = float(v)
+            x = torch.as_tensor(v).detach().to(torch.float64)
             if k in self.SUMMED:
-                self.summed[k] = self.summed.get(k, 0.0) + x
+                self.summed[k] = self.summed[k] + x if k in self.summed else x
             elif k.endswith("_max"):
-                self.maxed[k] = max(self.maxed.get(k, -math.inf), x if tokens else -math.inf)
+                if tokens:
+                    self.maxed[k] = torch.maximum(self.maxed[k], x) if k in self.maxed else x
             else:
-                self.weighted[k] = self.weighted.get(k, 0.0) + x * tokens
+                self.weighted[k] = (
+                    self.weighted[k] + x * tokens if k in self.weighted else x * tokens
+                )
 
     def reduce(self, ctx: DistContext, keys: Sequence[str]) -> dict[str, float]:
         """Means/sums/maxima over ranks; `keys` fixes the order (identical on every rank)."""
         wk = [k for k in keys if k not in self.SUMMED and not k.endswith("_max")]
         sk = [k for k in keys if k in self.SUMMED]
         mk = [k for k in keys if k.endswith("_max")]
-        vec = [self.weighted.get(k, 0.0) for k in wk] + [self.summed.get(k, 0.0) for k in sk]
-        t = torch.tensor([*vec, self.tokens], dtype=torch.float64, device=ctx.device)
+
+        def vec(store: dict[str, Tensor], names: list[str], missing: float) -> Tensor:
+            vals = [store[k] if k in store else missing for k in names]
+            out = [torch.as_tensor(v, dtype=torch.float64).to(ctx.device) for v in vals]
+            return (
+                torch.stack(out) if out else torch.zeros(0, dtype=torch.float64, device=ctx.device)
+            )
+
+        t = torch.cat([vec(self.weighted, wk, 0.0), vec(self.summed, sk, 0.0)])
+        t = torch.cat([t, torch.tensor([self.tokens], dtype=torch.float64, device=ctx.device)])
         all_reduce_sum(t, ctx)
-        m = torch.tensor([self.maxed.get(k, -math.inf) for k in mk] or [0.0], device=ctx.device)
+        m = vec(self.maxed, mk, -math.inf) if mk else vec({}, ["none"], 0.0)
         all_reduce_max(m, ctx)
-        tokens = max(float(t[-1]), 1.0)
-        out = {k: float(t[i]) / tokens for i, k in enumerate(wk)}
-        out.update({k: float(t[len(wk) + i]) for i, k in enumerate(sk)})
-        out.update({k: float(m[i]) for i, k in enumerate(mk)})
+        sums, maxima = t.tolist(), m.tolist()
+        tokens = max(sums[-1], 1.0)
+        out = {k: sums[i] / tokens for i, k in enumerate(wk)}
+        out.update({k: sums[len(wk) + i] for i, k in enumerate(sk)})
+        out.update({k: maxima[i] for i, k in enumerate(mk)})
         return out

@@ -1,10 +1,13 @@
 """Token log-probs (and entropies) from hidden states without full-vocabulary fp32 logits.
 
-Covers: `chunked_token_logprobs`, which walks the tokens in chunks, computes each chunk's logits
-in the lm-head weight's dtype, upcasts only that chunk to fp32 for logsumexp/softmax, and in
-backward recomputes the chunk's logits (a custom autograd Function), so memory beyond the inputs
-is O(chunk_tokens * V), never O(B * T * V); and `token_logprobs_from_logits` /
-`entropy_from_logits` for small cases where logits already exist.
+Covers: `scored_logprobs` (the trainer's path: the scored positions given by host-side indices)
+and `chunked_token_logprobs` ([B, T] targets, ignored ones < 0), which walk the tokens in chunks,
+compute each chunk's logits in the lm-head weight's dtype, upcast only that chunk to fp32 for
+logsumexp/softmax, and in backward recompute the chunk's logits (a custom autograd Function), so
+memory beyond the inputs is O(chunk_tokens * V), never O(B * T * V). The per-chunk functions run
+eagerly (`EAGER`) or under torch.compile (`compiled_ops`), where each chunk is a matmul plus a
+few fused passes over its logits. `token_logprobs_from_logits` / `entropy_from_logits` serve
+small cases where logits already exist.
 Does not cover: running the model body, shifting inputs to targets (the caller passes
 `targets[b, t]` = the token predicted from `hidden[b, t]`), or unsharding FSDP weights (call this
 where the lm-head weight is a full tensor).
@@ -15,9 +18,20 @@ and entropy are 0, they get no gradient and cost no compute.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
-__all__ = ["chunked_token_logprobs", "entropy_from_logits", "token_logprobs_from_logits"]
+__all__ = [
+    "EAGER",
+    "ChunkOps",
+    "chunked_token_logprobs",
+    "compiled_ops",
+    "entropy_from_logits",
+    "scored_logprobs",
+    "token_logprobs_from_logits",
+]
 
 Tensor = torch.Tensor
 
@@ -27,19 +41,79 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def _chunk_logits(h_ch: Tensor, weight_vh: Tensor, temperature: float, cd: torch.dtype) -> Tensor:
-    """[c, V] logits / temperature: matmul in the weight dtype, result upcast to `cd` (fresh tensor)."""
-    z_cv = (h_ch.to(weight_vh.dtype) @ weight_vh.t()).to(cd)
-    if temperature != 1.0:
-        z_cv.div_(temperature)
-    return z_cv
+def _chunk_logits(h_ch: Tensor, weight_vh: Tensor, inv_temp: float) -> Tensor:
+    """[c, V] logits / temperature: matmul in the weight dtype, result upcast (fp32 for halves)."""
+    z_cv = (h_ch.to(weight_vh.dtype) @ weight_vh.t()).to(_compute_dtype(weight_vh.dtype))
+    return z_cv * inv_temp if inv_temp != 1.0 else z_cv
+
+
+def _chunk_forward(
+    h_ch: Tensor, weight_vh: Tensor, tgt_c: Tensor, inv_temp: float, want_ent: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(logp [c], logsumexp [c], entropy [c] or [0]) of one chunk. H = lse - sum_v p_v z_v."""
+    z_cv = _chunk_logits(h_ch, weight_vh, inv_temp)
+    lse_c = torch.logsumexp(z_cv, dim=-1)
+    logp_c = z_cv.gather(1, tgt_c[:, None]).squeeze(1) - lse_c
+    if not want_ent:
+        return logp_c, lse_c, lse_c.new_zeros(0)
+    p_cv = torch.exp(z_cv - lse_c[:, None])
+    return logp_c, lse_c, lse_c - (p_cv * z_cv).sum(-1)
+
+
+def _chunk_backward(
+    h_ch: Tensor,
+    weight_vh: Tensor,
+    tgt_c: Tensor,
+    lse_c: Tensor,
+    g_logp_c: Tensor,
+    ent: tuple[Tensor, Tensor] | None,
+    inv_temp: float,
+) -> tuple[Tensor, Tensor]:
+    """(d hidden [c, H], d weight [V, H]) of one chunk, both in the weight dtype.
+
+    d logp[tgt] / dz = onehot(tgt) - p;  d H / dz = -p * (log p + H); z = logits / temperature.
+    """
+    logsm_cv = _chunk_logits(h_ch, weight_vh, inv_temp) - lse_c[:, None]
+    p_cv = torch.exp(logsm_cv)
+    g_cv = -p_cv * g_logp_c[:, None]
+    if ent is not None:
+        ent_c, g_ent_c = ent
+        g_cv = g_cv - (g_ent_c[:, None] * p_cv) * (logsm_cv + ent_c[:, None])
+    vocab = torch.arange(weight_vh.shape[0], device=tgt_c.device)
+    g_cv = g_cv + torch.where(vocab[None, :] == tgt_c[:, None], g_logp_c[:, None], 0.0)
+    g_cv = (g_cv * inv_temp).to(weight_vh.dtype)
+    return g_cv @ weight_vh, g_cv.t() @ h_ch.to(weight_vh.dtype)
+
+
+@dataclass(frozen=True)
+class ChunkOps:
+    """The per-chunk forward and backward: plain eager functions or torch.compile'd ones."""
+
+    forward: Callable[..., tuple[Tensor, Tensor, Tensor]]
+    backward: Callable[..., tuple[Tensor, Tensor]]
+
+
+EAGER = ChunkOps(_chunk_forward, _chunk_backward)
+_COMPILED: dict[str, ChunkOps] = {}
+
+
+def compiled_ops(backend: str = "inductor") -> ChunkOps:
+    """The chunk functions under torch.compile (dynamic shapes: chunk sizes vary without
+    recompiling). Inductor fuses the upcast, logsumexp, gather, entropy and the gradient of a
+    chunk into a few passes over its bf16 logits."""
+    if backend not in _COMPILED:
+        _COMPILED[backend] = ChunkOps(
+            torch.compile(_chunk_forward, dynamic=True, backend=backend),
+            torch.compile(_chunk_backward, dynamic=True, backend=backend),
+        )
+    return _COMPILED[backend]
 
 
 class _ChunkedLogprobs(torch.autograd.Function):
     """logp[n] = log softmax(hidden[n] @ W^T / temp)[target[n]] (+ entropy[n]), chunked over n.
 
     Saves only the inputs plus two [N] vectors (logsumexp, entropy); backward recomputes logits.
-    All targets must be valid ids (the wrapper drops ignored positions).
+    All targets must be valid ids (the callers select scored positions first).
     """
 
     @staticmethod
@@ -51,6 +125,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
         chunk_tokens: int,
         temperature: float,
         compute_entropy: bool,
+        ops: ChunkOps = EAGER,
     ) -> tuple[Tensor, Tensor]:
         cd = _compute_dtype(weight_vh.dtype)
         n = hidden_nh.shape[0]
@@ -59,17 +134,14 @@ class _ChunkedLogprobs(torch.autograd.Function):
         ent_n = hidden_nh.new_empty(n if compute_entropy else 0, dtype=cd)
         for s in range(0, n, chunk_tokens):
             e = min(s + chunk_tokens, n)
-            z_cv = _chunk_logits(hidden_nh[s:e], weight_vh, temperature, cd)
-            lse_c = torch.logsumexp(z_cv, dim=-1)
-            z_cv.sub_(lse_c[:, None])  # now log-softmax
-            logp_n[s:e] = z_cv.gather(1, targets_n[s:e, None]).squeeze(1)
-            lse_n[s:e] = lse_c
+            logp_c, lse_c, ent_c = ops.forward(
+                hidden_nh[s:e], weight_vh, targets_n[s:e], 1.0 / temperature, compute_entropy
+            )
+            logp_n[s:e], lse_n[s:e] = logp_c, lse_c
             if compute_entropy:
-                p_cv = z_cv.exp()
-                ent_n[s:e] = -p_cv.mul_(z_cv).sum(-1)
+                ent_n[s:e] = ent_c
         ctx.save_for_backward(hidden_nh, weight_vh, targets_n, lse_n, ent_n)
-        ctx.chunk_tokens = chunk_tokens
-        ctx.temperature = temperature
+        ctx.chunk_tokens, ctx.temperature, ctx.ops = chunk_tokens, temperature, ops
         ctx.compute_entropy = compute_entropy
         ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None
         if not compute_entropy:
@@ -85,48 +157,19 @@ class _ChunkedLogprobs(torch.autograd.Function):
         if g_logp_n is None:
             g_logp_n = lse_n.new_zeros(lse_n.shape)
         d_hidden_nh = torch.empty_like(hidden_nh) if need_h else None
-        d_weight_vh = (
-            torch.zeros(weight_vh.shape, dtype=cd, device=weight_vh.device) if need_w else None
-        )
+        d_weight_vh = torch.zeros(weight_vh.shape, dtype=cd, device=weight_vh.device)
         for s in range(0, hidden_nh.shape[0], ctx.chunk_tokens):
             e = min(s + ctx.chunk_tokens, hidden_nh.shape[0])
-            h_ch = hidden_nh[s:e]
-            g_c = _chunk_dlogits(
-                _chunk_logits(h_ch, weight_vh, ctx.temperature, cd),
-                lse_n[s:e],
-                targets_n[s:e],
-                g_logp_n[s:e].to(cd),
-                (ent_n[s:e], g_ent_n[s:e].to(cd)) if use_ent else None,
-            )
-            g_c.div_(ctx.temperature)
-            g_cv = g_c.to(weight_vh.dtype)
+            d_h, d_w = ctx.ops.backward(
+                hidden_nh[s:e], weight_vh, targets_n[s:e], lse_n[s:e], g_logp_n[s:e].to(cd),
+                (ent_n[s:e], g_ent_n[s:e].to(cd)) if use_ent else None, 1.0 / ctx.temperature,
+            )  # fmt: skip
             if d_hidden_nh is not None:
-                d_hidden_nh[s:e] = (g_cv @ weight_vh).to(hidden_nh.dtype)
-            if d_weight_vh is not None and weight_vh.dtype == cd:
-                d_weight_vh.addmm_(g_cv.t(), h_ch.to(cd))
-            elif d_weight_vh is not None:  # half weights: matmul in bf16/fp16, accumulate in fp32
-                d_weight_vh += (g_cv.t() @ h_ch.to(weight_vh.dtype)).to(cd)
-        d_weight = d_weight_vh.to(weight_vh.dtype) if d_weight_vh is not None else None
-        return d_hidden_nh, d_weight, None, None, None, None
-
-
-def _chunk_dlogits(
-    z_cv: Tensor, lse_c: Tensor, tgt_c: Tensor, g_logp_c: Tensor, ent: tuple[Tensor, Tensor] | None
-) -> Tensor:
-    """d loss / d (logits/temp) of one chunk, in place on `z_cv`'s buffers.
-
-    d logp[tgt] / dz = onehot(tgt) - p;  d H / dz = -p * (log p + H).
-    """
-    logsm_cv = z_cv.sub_(lse_c[:, None])
-    p_cv = logsm_cv.exp()
-    if ent is not None:
-        ent_c, g_ent_c = ent
-        # logsm_cv becomes the entropy term g_H * p * (log p + H)
-        logsm_cv.add_(ent_c[:, None]).mul_(p_cv).mul_(g_ent_c[:, None])
-        g_cv = p_cv.mul_(-g_logp_c[:, None]).sub_(logsm_cv)
-    else:
-        g_cv = p_cv.mul_(-g_logp_c[:, None])
-    return g_cv.scatter_add_(1, tgt_c[:, None], g_logp_c[:, None])
+                d_hidden_nh[s:e] = d_h
+            if need_w:  # accumulated in fp32 (or wider) over chunks
+                d_weight_vh += d_w
+        d_weight = d_weight_vh.to(weight_vh.dtype) if need_w else None
+        return d_hidden_nh, d_weight, None, None, None, None, None
 
 
 def chunked_token_logprobs(
@@ -136,6 +179,7 @@ def chunked_token_logprobs(
     chunk_tokens: int = 1024,
     temperature: float = 1.0,
     compute_entropy: bool = False,
+    ops: ChunkOps = EAGER,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs of `targets` [B, T] under `hidden` [B, T, H] @ `lm_head_weight` [V, H]^T / temperature.
 
@@ -156,24 +200,39 @@ def chunked_token_logprobs(
         )
     b, t, h = hidden.shape
     vocab = lm_head_weight.shape[0]
-    hidden_nh, targets_n = hidden.reshape(b * t, h), targets.reshape(b * t).long()
+    targets_n = targets.reshape(b * t).long()
     if targets_n.numel() and int(targets_n.max()) >= vocab:
         raise ValueError(f"target id {int(targets_n.max())} is outside the vocabulary of {vocab}")
-    valid_n = targets_n >= 0
-    if bool(valid_n.all()):
-        logp_n, ent_n = _ChunkedLogprobs.apply(
-            hidden_nh, lm_head_weight, targets_n, chunk_tokens, temperature, compute_entropy
-        )
-    else:
-        idx_k = valid_n.nonzero().squeeze(1)  # [K] positions that are scored
-        h_kh = hidden_nh.index_select(0, idx_k)
-        logp_k, ent_k = _ChunkedLogprobs.apply(
-            h_kh, lm_head_weight, targets_n[idx_k], chunk_tokens, temperature, compute_entropy
-        )
-        logp_n = logp_k.new_zeros(b * t).index_copy(0, idx_k, logp_k)
-        ent_n = ent_k.new_zeros(b * t).index_copy(0, idx_k, ent_k) if compute_entropy else ent_k
-    entropy = ent_n.view(b, t) if compute_entropy else None
-    return logp_n.view(b, t), entropy
+    idx_k = (targets_n >= 0).nonzero().squeeze(1)  # [K] positions that are scored (a host sync)
+    logp_n, ent_n = scored_logprobs(
+        hidden.reshape(b * t, h), lm_head_weight, idx_k, targets_n[idx_k], idx_k, b * t,
+        chunk_tokens, temperature, compute_entropy, ops,
+    )  # fmt: skip
+    return logp_n.view(b, t), ent_n.view(b, t) if ent_n is not None else None
+
+
+def scored_logprobs(
+    hidden_nh: Tensor,
+    lm_head_weight: Tensor,
+    src_k: Tensor,
+    targets_k: Tensor,
+    dst_k: Tensor,
+    out_numel: int,
+    chunk_tokens: int = 1024,
+    temperature: float = 1.0,
+    compute_entropy: bool = False,
+    ops: ChunkOps = EAGER,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs (and entropies) of the K scored positions `src_k` of `hidden_nh` [N, H] with
+    valid `targets_k`, written at `dst_k` of flat [out_numel] outputs (zeros elsewhere). The
+    indices come from the host (batching.Scoring), so nothing here waits for the device."""
+    h_kh = hidden_nh.index_select(0, src_k)
+    logp_k, ent_k = _ChunkedLogprobs.apply(
+        h_kh, lm_head_weight, targets_k, chunk_tokens, temperature, compute_entropy, ops
+    )
+    logp = logp_k.new_zeros(out_numel).index_copy(0, dst_k, logp_k)
+    ent = ent_k.new_zeros(out_numel).index_copy(0, dst_k, ent_k) if compute_entropy else None
+    return logp, ent
 
 
 def token_logprobs_from_logits(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:

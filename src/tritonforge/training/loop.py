@@ -5,9 +5,11 @@ train) and the asynchronous one (generation of the next batch overlaps training;
 than `max_staleness` policy versions old are dropped), weight pushes after every update (in
 memory for the in-process engine, versioned HF dirs otherwise), before/after measurement on fixed
 problems with the same sampling seed, per-step rollouts saved, checkpoints with the driver's own
-state (step, RNG), and the run summary. `drive` is the job once its pieces exist; the Ray driver
-(tritonforge.scale.driver) calls it with actor-backed pieces. Does not cover: the pieces it
-composes (agent, buffer, trainer) or the HTML report (training.report).
+state (step, RNG), and the run summary. `run_training` takes a checked `plan.TrainPlan` (a bare
+config is resolved first, so nothing loads before every name, path and problem is known good),
+builds the pieces, then `drive` runs the job; the Ray driver (tritonforge.scale.driver) calls
+`drive` with actor-backed pieces. The pieces are typed by training.pieces' Protocols.
+Does not cover: the pieces themselves (agent, buffer, trainer) or the HTML report.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any
 from tritonforge.config import save_config
 from tritonforge.config.run import TrainRunConfig
 from tritonforge.logging_setup import get_logger
-from tritonforge.rollout.agent import Agent
+from tritonforge.plan.runs import TrainPlan, resolve_train
 from tritonforge.rollout.buffer import RolloutBuffer, save_groups
 from tritonforge.rollout.engines.base import Engine, build_engine
-from tritonforge.rollout.runner import build_agent, build_eval_backend, collect, load_problems
+from tritonforge.rollout.runner import build_agent, build_eval_backend, collect
+from tritonforge.training.pieces import EpisodeRunner, MetricsSink, PolicyTrainer, StateDictEngine
 from tritonforge.types import Group, Problem, Status, Trajectory
 
 log = get_logger("tritonforge.train")
@@ -60,7 +63,7 @@ def episode_stats(trajs: list[Trajectory]) -> dict[str, float]:
 
 
 async def measure(
-    agent: Agent,
+    agent: EpisodeRunner,
     problems: list[Problem],
     samples: int,
     seed: int,
@@ -85,11 +88,12 @@ async def measure(
     }
 
 
-async def push_weights(engine: Engine, trainer: Any, mode: str) -> float:
+async def push_weights(engine: Engine, trainer: PolicyTrainer, mode: str) -> float:
     """Send the trainer's weights to the engine; returns seconds taken."""
     t0 = time.monotonic()
     version = trainer.policy_version
-    if mode == "state_dict" or (mode == "auto" and hasattr(engine, "load_state_dict")):
+    in_memory = isinstance(engine, StateDictEngine)
+    if in_memory and mode in ("state_dict", "auto"):
         ok = await engine.load_state_dict(trainer.state_dict(), version)
     else:
         path = await asyncio.to_thread(trainer.save_weights)
@@ -103,10 +107,10 @@ class _Driver:
     def __init__(
         self,
         cfg: TrainRunConfig,
-        trainer: Any,
-        agent: Agent,
+        trainer: PolicyTrainer,
+        agent: EpisodeRunner,
         problems: list[Problem],
-        logger: Any,
+        logger: MetricsSink,
         run_dir: Path,
     ):
         self.cfg, self.trainer, self.agent, self.problems = cfg, trainer, agent, problems
@@ -198,48 +202,64 @@ class _Driver:
             producer.cancel()
 
 
-async def run_training(cfg: TrainRunConfig) -> dict[str, Any]:
-    """Run the whole RL job in this process; returns (and writes) RUN_DIR/summary.json."""
+async def run_training(plan: TrainPlan | TrainRunConfig) -> dict[str, Any]:
+    """Run the whole RL job in this process; returns (and writes) RUN_DIR/summary.json.
+
+    The plan is checked before anything loads; only then are the tokenizer, engine, evaluator
+    and trainer built and the run dir created."""
+    if isinstance(plan, TrainRunConfig):
+        plan = resolve_train(plan)
+    cfg = plan.config
     from transformers import AutoTokenizer
 
     from tritonforge.training.rl import RLTrainer
 
-    tokenizer = AutoTokenizer.from_pretrained(
-        cfg.trainer.model.tokenizer_path or cfg.trainer.model.path
-    )
+    _build_tiny_models(plan)
+    tokenizer = AutoTokenizer.from_pretrained(plan.tokenizer.path)
     engine = build_engine(cfg.engine)
     backend = build_eval_backend(cfg.eval)
-    run_dir, logger = open_run(cfg)
+    run_dir, logger = open_run(plan)
     try:
         trainer = RLTrainer(cfg.trainer, tokenizer=tokenizer, run_dir=run_dir)
         agent = build_agent(engine, tokenizer, cfg.task, cfg.agent, backend, cfg.eval)
-        return await drive(cfg, trainer, agent, logger, run_dir)
+        return await drive(plan, trainer, agent, logger)
     finally:
         logger.close()
         await engine.aclose()
         await backend.aclose()
 
 
-def open_run(cfg: TrainRunConfig) -> tuple[Path, Any]:
+def _build_tiny_models(plan: TrainPlan) -> None:
+    """The tiny model, where the plan uses it and it is not built yet."""
+    refs = [plan.policy, plan.tokenizer, plan.episodes.engine_model]
+    if any(ref.source == "tiny" for ref in refs):
+        from tritonforge.rollout.tiny_model import ensure_tiny_model
+
+        for ref in {r.path for r in refs if r.source == "tiny"}:
+            ensure_tiny_model(ref)
+
+
+def open_run(plan: TrainPlan) -> tuple[Path, MetricsSink]:
     """Create RUN_DIR, save the resolved config there, open the metrics logger."""
     from tritonforge.training.metrics import MetricsLogger
 
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.json")
-    return run_dir, MetricsLogger(
-        run_dir, cfg.trainer.logging, run_config=cfg.model_dump(mode="json")
+    cfg = plan.config
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, plan.run_dir / "config.json")
+    return plan.run_dir, MetricsLogger(
+        plan.run_dir, cfg.trainer.logging, run_config=cfg.model_dump(mode="json")
     )
 
 
 async def drive(
-    cfg: TrainRunConfig, trainer: Any, agent: Any, logger: Any, run_dir: Path
+    plan: TrainPlan, trainer: PolicyTrainer, agent: EpisodeRunner, logger: MetricsSink
 ) -> dict[str, Any]:
     """The job once its pieces exist: resume, measure before, the steps, measure after, summary.
 
     Shared by `run_training` (an RLTrainer and an Agent in this process) and the Ray driver
     (tritonforge.scale.driver: a TrainerGroup and a RayAgent with the same interfaces)."""
-    driver = _Driver(cfg, trainer, agent, load_problems(cfg.problems), logger, run_dir)
+    cfg, run_dir = plan.config, plan.run_dir
+    driver = _Driver(cfg, trainer, agent, plan.problems, logger, run_dir)
     resumed = trainer.resume() if cfg.trainer.checkpoint.resume else None
     summary_path = run_dir / "summary.json"
     summary: dict[str, Any] = (
@@ -254,17 +274,16 @@ async def drive(
             "resumed at step %d (policy version %d)", driver.start_step, trainer.policy_version
         )
     ev = cfg.evaluate
-    eval_problems = load_problems(ev.problems or cfg.problems)
     t0 = time.monotonic()
     if ev.enabled and "before" not in summary:
         summary["before"] = await measure(
-            agent, eval_problems, ev.samples, ev.seed, ev.temperature, "before"
+            agent, plan.eval_problems, ev.samples, ev.seed, ev.temperature, "before"
         )
         write_summary(summary_path, summary)
     await driver.run()
     if ev.enabled:
         summary["after"] = await measure(
-            agent, eval_problems, ev.samples, ev.seed, ev.temperature, "after"
+            agent, plan.eval_problems, ev.samples, ev.seed, ev.temperature, "after"
         )
     summary.update(
         {

@@ -1,12 +1,16 @@
 """The trained model: loading a Hugging Face causal LM and computing per-token log-probs from it.
 
-Covers: `load_causal_lm` (AutoModelForCausalLM from a path, dtype, attention backend, gradient
-checkpointing, `use_cache=False`), `load_reference` (only when the loss needs one; never loaded
-otherwise), and `PolicyModel`, an nn.Module whose forward runs the decoder body (`lm.model`) and
-`chunked_token_logprobs` against the lm-head weight, so no [B, T, V] logits tensor is ever built.
-PolicyModel is also the FSDP root (see training.distributed), which keeps the embeddings, final
-norm and lm head in one group, gathered while the log-probs are computed.
-Does not cover: batching (training.batching), losses, the optimizer, sharding itself.
+Covers: `load_causal_lm` (AutoModelForCausalLM from a path, dtype, attention backend,
+`use_cache=False`), `load_reference` (only when the loss needs one; never loaded otherwise),
+`accelerate_layers` (torch.compile of each decoder layer's forward, one compiled graph shared by
+all layers, and non-reentrant activation checkpointing of a chosen subset of layers, inside the
+compiled region), and `PolicyModel`, an nn.Module whose forward runs the decoder body
+(`lm.model`) on a micro-batch (padded rows, or one packed row with varlen attention: see
+training.attention) and the chunked log-probs of its scored positions against the lm-head
+weight, so no [B, T, V] logits tensor is ever built. PolicyModel is also the FSDP root (see
+training.distributed), which keeps the embeddings, final norm and lm head in one group,
+gathered while the log-probs are computed.
+Does not cover: batching (training.batching, training.packing), losses, the optimizer, sharding.
 
 Architectures: any HF causal LM whose output layer is a plain bias-free linear map of the
 decoder's last hidden state (Qwen2/3, Qwen3-MoE, Llama, Mistral, ...). Models with logit
@@ -17,20 +21,29 @@ router is trained through it as well), which is the usual choice for RL fine-tun
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import inspect
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from tritonforge.config.train import LossConfig, ModelConfig
 from tritonforge.logging_setup import get_logger
-from tritonforge.training.logprobs import chunked_token_logprobs
+from tritonforge.training import attention
+from tritonforge.training.batching import MicroBatch, Scoring
+from tritonforge.training.distributed import decoder_layers
+from tritonforge.training.logprobs import EAGER, ChunkOps, scored_logprobs
 from tritonforge.training.losses import needs_reference
 
 __all__ = [
     "DTYPES",
     "PolicyModel",
+    "accelerate_layers",
+    "checkpoint_indices",
     "compute_dtype",
     "enable_gradient_checkpointing",
     "load_causal_lm",
@@ -73,11 +86,59 @@ def enable_gradient_checkpointing(lm: nn.Module) -> None:
 
 
 def prepare_for_training(lm: nn.Module, cfg: ModelConfig) -> nn.Module:
-    """use_cache off, checkpointing per config, train mode (dropout as the model defines)."""
+    """use_cache off, train mode (dropout as the model defines). Activation checkpointing is
+    applied per layer by `accelerate_layers` (the trainer's), not by transformers."""
     lm.config.use_cache = False
-    if cfg.gradient_checkpointing:
-        enable_gradient_checkpointing(lm)
     return lm.train()
+
+
+def checkpoint_indices(n_layers: int, count: int | None) -> list[int]:
+    """`count` layer indices spread evenly over `n_layers` (None or >= n_layers: all)."""
+    if count is None or count >= n_layers:
+        return list(range(n_layers))
+    if count <= 0:
+        return []
+    return sorted({round(i * n_layers / count) for i in range(count)})
+
+
+def accelerate_layers(
+    lm: nn.Module,
+    compile_layers: bool,
+    checkpointed: Sequence[int] = (),
+    backend: str = "inductor",
+) -> int:
+    """Replace each decoder layer's `forward` (an instance attribute: module structure, state
+    dict and hooks are unchanged, FSDP2's hooks stay outside) by the original wrapped in
+    non-reentrant activation checkpointing (layers in `checkpointed`), then torch.compile.
+    All layers share one code object, so dynamo compiles one graph per variant, not per layer.
+    Returns the number of layers changed."""
+    chosen = set(checkpointed)
+    layers = decoder_layers(lm)
+    for i, layer in enumerate(layers):
+        fwd = _layer_forward(layer.forward, i in chosen)
+        layer.forward = torch.compile(fwd, backend=backend) if compile_layers else fwd
+    if compile_layers:
+        _raise_recompile_limit(len(layers))
+    return len(layers)
+
+
+def _layer_forward(original: Any, recompute: bool) -> Any:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if recompute and torch.is_grad_enabled():
+            return checkpoint(original, *args, use_reentrant=False, **kwargs)
+        return original(*args, **kwargs)
+
+    return run
+
+
+def _raise_recompile_limit(layers: int) -> None:
+    """Variants (checkpointed or not, packed or padded, grad or no grad) x shapes may exceed
+    dynamo's default of 8 compiled entries per code object; past it layers would run eagerly."""
+    import torch._dynamo.config as dcfg
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dcfg, name):
+            setattr(dcfg, name, max(getattr(dcfg, name), 64))
 
 
 def load_causal_lm(cfg: ModelConfig, path: str | None = None) -> nn.Module:
@@ -135,48 +196,100 @@ def _base_model(lm: nn.Module) -> nn.Module:
 
 
 class PolicyModel(nn.Module):
-    """`lm` plus a chunked log-prob head: forward returns (logp [B, T], entropy [B, T] | None).
+    """`lm` plus a chunked log-prob head: forward(batch) returns (logp [B, L], entropy [B, L] |
+    None) in the padded layout of `batch` (training.batching.MicroBatch).
 
     `targets[b, t]` is the token predicted at position t (the next input token), < 0 where not
     scored. Log-probs are of softmax(logits / temperature), as the inference engine sampled.
     Compute runs in `compute_dtype`: under autocast when the parameters are fp32 masters (one
     process), as they come when FSDP2 mixed precision already cast them; the lm-head weight is
     cast to it so the chunked head's matmuls (forward and backward) run in that dtype too.
+    A batch with `packed` inputs runs as one packed row (`packing` must be on: it installs the
+    packing-aware attention, training.attention); `attn_ragged` / `attn_uniform` choose its
+    attention for rows of unequal / equal sequences. `head_ops` are the lm head's chunk
+    functions (eager, or training.logprobs.compiled_ops).
     """
 
     def __init__(
-        self, lm: nn.Module, chunk_tokens: int = 1024, compute_dtype: torch.dtype = torch.float32
+        self,
+        lm: nn.Module,
+        chunk_tokens: int = 1024,
+        compute_dtype: torch.dtype = torch.float32,
+        packing: bool = False,
+        attn_ragged: str = "auto",
+        attn_uniform: str = "auto",
+        head_ops: ChunkOps = EAGER,
     ) -> None:
         super().__init__()
         self.lm = lm
         self.chunk_tokens = chunk_tokens
         self.compute_dtype = compute_dtype
+        self.attn_ragged, self.attn_uniform = attn_ragged, attn_uniform
+        self.head_ops = head_ops
+        self.layers_compiled = False
         head = lm.get_output_embeddings()
         if head is None or getattr(head, "bias", None) is not None:
             raise ValueError("PolicyModel needs a bias-free linear output layer")
+        self.packing = packing and attention.supports_packing(lm)
+        self._dict_masks = _takes_mask_dict(lm)
+        if self.packing:
+            attention.install(lm)
 
     def forward(  # type: ignore[override]
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None,
-        targets: Tensor,
-        temperature: float = 1.0,
-        compute_entropy: bool = False,
+        self, batch: MicroBatch, temperature: float = 1.0, compute_entropy: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         weight_vh = self.lm.get_output_embeddings().weight
         use_autocast = self.compute_dtype != torch.float32 and weight_vh.dtype == torch.float32
-        with torch.autocast(input_ids.device.type, self.compute_dtype, enabled=use_autocast):
-            out = _base_model(self.lm)(
-                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
-            )
-        hidden_bth = out.last_hidden_state
-        logp_bt, ent_bt = chunked_token_logprobs(
-            hidden_bth,
-            weight_vh.to(self.compute_dtype),
-            targets,
-            self.chunk_tokens,
-            temperature,
-            compute_entropy,
+        device = batch.input_ids.device
+        with (
+            torch.autocast(device.type, self.compute_dtype, enabled=use_autocast),
+            self._inputs(batch) as inputs,
+        ):
+            hidden = _base_model(self.lm)(**inputs, use_cache=False).last_hidden_state
+        scoring = batch.scoring if batch.scoring is not None else Scoring.of_padded(batch.targets)
+        b, length = batch.shape
+        logp, ent = scored_logprobs(
+            hidden.reshape(-1, hidden.shape[-1]), weight_vh.to(self.compute_dtype),
+            scoring.src, scoring.targets, scoring.dst, b * length,
+            self.chunk_tokens, temperature, compute_entropy, self.head_ops,
+        )  # fmt: skip
+        return logp.view(b, length), ent.view(b, length) if ent is not None else None
+
+    @contextlib.contextmanager
+    def _inputs(self, batch: MicroBatch) -> Iterator[dict[str, Any]]:
+        """Model kwargs: padded rows (the mask dropped when nothing is padded, so attention
+        takes the plain causal kernels), or the packed row with its attention kwargs."""
+        packed = batch.packed
+        if packed is None:
+            padded = batch.real_tokens != batch.input_ids.numel()
+            yield {
+                "input_ids": batch.input_ids,
+                "attention_mask": batch.attention_mask if padded else None,
+            }
+            return
+        if not self.packing:
+            raise ValueError("a packed micro-batch needs PolicyModel(packing=True)")
+        device = packed.input_ids.device
+        backend = attention.resolve(
+            self.attn_ragged, self.attn_uniform, packed.uniform_len, device, self.compute_dtype
         )
-        # fresh tensors, not views: FSDP2 hooks its pre-backward unshard onto the outputs
-        return logp_bt.clone(), ent_bt.clone() if ent_bt is not None else None
+        kwargs = attention.packing_kwargs(packed, backend, self.layers_compiled)
+        masks = self._dict_masks
+        with attention.packed_masks():
+            yield {
+                "input_ids": packed.input_ids, "position_ids": packed.position_ids,
+                "attention_mask": dict(masks) if masks is not None else None, **kwargs,
+            }  # fmt: skip
+
+
+def _takes_mask_dict(lm: nn.Module) -> dict[str, None] | None:
+    """{layer type: None} when the base model accepts prepared masks as a dict (most models of
+    transformers 5: mask creation is then skipped), else None."""
+    try:
+        source = inspect.getsource(type(_base_model(lm)).forward)
+    except (OSError, TypeError):
+        return None
+    if "attention_mask, dict)" not in source:
+        return None
+    types = getattr(lm.config, "layer_types", None) or ["full_attention"]
+    return {t: None for t in set(types)}

@@ -1,8 +1,9 @@
 """Optimizer, learning-rate schedule and the clipped optimizer step shared by SFT and RL.
 
-Covers: AdamW with weight decay on matrices only, the warmup + constant/cosine/linear schedule
-(`lr_factor`, a pure function of the step), and `clip_and_step` (global grad norm, clip, step,
-zero grads), which works for plain and FSDP2 (DTensor) parameters.
+Covers: AdamW with weight decay on matrices only (the fused kernel on CUDA), the warmup +
+constant/cosine/linear schedule (`lr_factor`, a pure function of the step), and `clip_and_step`
+(global grad norm, clip, step, zero grads; one host sync, for the returned norm), which works
+for plain and FSDP2 (DTensor) parameters.
 Does not cover: gradient accumulation (the trainers) or checkpointing the states.
 """
 
@@ -19,7 +20,9 @@ __all__ = ["build_optimizer", "build_scheduler", "clip_and_step", "lr_factor"]
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
-    """AdamW over trainable params; 1-D params (norms, biases) get no weight decay."""
+    """AdamW over trainable params; 1-D params (norms, biases) get no weight decay. The fused
+    kernel (one launch per parameter group and dtype) when `cfg.fused`, or by default when the
+    parameters are plain CUDA tensors; torch's default otherwise (CPU, DTensors)."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
@@ -27,8 +30,15 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+    fused = cfg.fused
+    if fused is None:
+        fused = bool(params) and all(p.is_cuda and type(p) is nn.Parameter for p in params)
     return torch.optim.AdamW(
-        [g for g in groups if g["params"]], lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps
+        [g for g in groups if g["params"]],
+        lr=cfg.lr,
+        betas=tuple(cfg.betas),
+        eps=cfg.eps,
+        fused=fused or None,
     )
 
 

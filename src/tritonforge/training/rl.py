@@ -41,7 +41,13 @@ from tritonforge.training.batching import (
     split_minibatches,
 )
 from tritonforge.training.checkpoint import latest_checkpoint
-from tritonforge.training.core import MetricSums, TrainCore, frozen_logprobs, gather_rows
+from tritonforge.training.core import (
+    MetricSums,
+    TrainCore,
+    frozen_logprobs,
+    gather_rows,
+    make_policy,
+)
 from tritonforge.training.distributed import DistContext, shard_model
 from tritonforge.training.losses import LossInputs, compute_loss
 from tritonforge.training.model import PolicyModel, load_reference, load_tokenizer
@@ -104,7 +110,7 @@ class RLTrainer:
         self.ref: PolicyModel | None = None
         if ref_lm is not None:
             ref_lm = ref_lm.to(self.core.compute_dtype).to(self.ctx.device)
-            self.ref = PolicyModel(ref_lm, cfg.batch.chunk_tokens, self.core.compute_dtype)
+            self.ref = make_policy(ref_lm, cfg.batch, self.core.compute_dtype)
             shard_model(self.ref, ref_lm, cfg.dist, self.ctx)
         self.version = 0
         self._compute_entropy = cfg.loss.entropy_coef > 0 or cfg.rl.log_entropy

@@ -48,9 +48,16 @@ class CandidateRun:
     reference_work: float | None = None  # hybrid: the reference's compute work (judge/work.py)
 
     def call(
-        self, msg: dict[str, Any], fds: list[int], budget: float, phase: str
+        self,
+        msg: dict[str, Any],
+        fds: list[int],
+        budget: float,
+        phase: str,
+        total: float | None = None,
     ) -> tuple[dict[str, Any], list[int]]:
-        """One request to the worker within `budget` seconds; the fds sent are closed here."""
+        """One request to the worker within `budget` seconds; the fds sent are closed here.
+        `total` is the phase's whole budget as configured (what a timeout message names) when
+        `budget` is what is left of it."""
         session, compiled = self.session, self.compiled
         try:
             return session.request(msg, fds, time.monotonic() + budget)
@@ -60,7 +67,7 @@ class CandidateRun:
                     status=Status.TIMEOUT,
                     phase=phase,
                     compiled=compiled,
-                    message=f"{phase} took longer than its {budget:g} s budget",
+                    message=f"{phase} took longer than its {total or budget:g} s budget",
                 )
             ) from None
         except PeerClosed:
@@ -74,7 +81,7 @@ class CandidateRun:
                         "the candidate was not judged",
                     )
                 ) from None
-            status, why = describe_exit(ended)
+            status, why = describe_exit(ended, session.stderr.text)
             raise Stop(
                 Verdict(
                     status=Status(status),

@@ -21,6 +21,7 @@ from typing import Any
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.timing import roofline_ms
 from tritonforge.evaluation.sandbox.glue import classify_op, glue_digest
+from tritonforge.hardware import DevicePeaks
 from tritonforge.types import Audit, Problem, Status, Verdict
 
 # Rules reported by the worker that hybrid mode tolerates (KernelBench-style partial replacement).
@@ -196,6 +197,7 @@ def decide_timing(
     problem: Problem,
     nbytes: float,
     s: EvalSettings,
+    peaks: DevicePeaks | None = None,
     signatures: list[str] | None = None,
     history: list[str] | None = None,
 ) -> tuple[str, str] | None:
@@ -216,7 +218,7 @@ def decide_timing(
         )
     if v.speedup is None or v.runtime is None:
         return None
-    bound = roofline_ms(problem.flops, nbytes)
+    bound = roofline_ms(problem.flops, nbytes, peaks)
     if bound and v.runtime.median_ms < 0.5 * bound:
         if s.implausible_speedup == "reject":
             return (

@@ -61,6 +61,9 @@ from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 
 log = get_logger("evaluation.judge")
+# Phase-by-phase progress at DEBUG ("reference", "compile", "correctness trial 2/5", ...): off by
+# default; `tritonforge eval-kernel` shows it on stderr while a long evaluation runs.
+progress = get_logger("evaluation.progress")
 
 
 class Evaluator:
@@ -186,7 +189,9 @@ class Evaluator:
                 phase="static",
                 device=device,
             )
+        progress.debug("reference: building the problem's model and inputs on %s", device)
         ref = self.refs.reference(problem, device)
+        progress.debug("spawn: starting a sandboxed worker")
         scratch = None if s.sandbox != "rlimits" else private_scratch()
         spec = worker_spec(s, device, scratch)
         phases: dict[str, float] = {}
@@ -329,21 +334,28 @@ class Evaluator:
     def _run(self, run: CandidateRun) -> Verdict:
         s, session = run.settings, run.session
         plan = self._plan(run.problem, run.source, s)
+        progress.debug("import: loading the candidate")
         failed = self._load(run, self.refs.case(run.ref, *plan[0]))
         if failed is not None:
             return failed
-        deadline = 0.0
+        # the correctness budget is the candidate's own time over the trials after the first:
+        # the judge's work between trials (reference outputs, comparison) is not charged to it
+        correctness_left = s.budgets.correctness_s
         for i, (seed, dist) in enumerate(plan):
             phase = "compile" if i == 0 else "correctness"
-            budget = s.budgets.compile_s if i == 0 else max(0.1, deadline - time.monotonic())
+            total = s.budgets.compile_s if i == 0 else s.budgets.correctness_s
+            progress.debug("reference outputs: trial %d/%d (%s inputs)", i + 1, len(plan), dist)
             case = self.refs.case(run.ref, seed, dist)
             carry, carry_fds = session.transport.send(case)
             msg = {"op": "run", **carry, **audit_switches(last_trial=i == len(plan) - 1)}
+            progress.debug("%s: trial %d/%d", phase, i + 1, len(plan))
             t = time.monotonic()
-            reply, fds = run.call(msg, carry_fds, budget, phase)
-            run.phases[phase] = run.phases.get(phase, 0.0) + time.monotonic() - t
-            if i == 0:
-                deadline = time.monotonic() + s.budgets.correctness_s
+            budget = total if i == 0 else max(0.1, correctness_left)
+            reply, fds = run.call(msg, carry_fds, budget, phase, total)
+            spent = time.monotonic() - t
+            run.phases[phase] = run.phases.get(phase, 0.0) + spent
+            if i > 0:
+                correctness_left -= spent
             # compiled: a kernel launched; for the CUDA backend the extension built at import
             # and forward ran (its launches happen inside native code the recorder cannot see)
             run.compiled = run.compiled or (reply.get("audit") or {}).get("launches_ok", 0) > 0

@@ -4,8 +4,8 @@ Covers: `judge_device(device)`, a process-wide lock per device held around every
 work the judge process does itself (drawing inputs and computing reference outputs, filling and
 reading shared buffers, comparisons) and around timing the reference. The reference is timed in
 the judge process with a device-wide synchronize, which also waits for whatever other judge
-threads queued on the device meanwhile: on the H200 suite run (6 candidates in flight) that
-inflated reference times up to 3x and with them the speedups. Workers are separate processes
+threads queued on the device meanwhile: with 6 candidates in flight on an H200 that inflated
+reference times up to 3x (docs/benchmarks.md) and with them the speedups. Workers are separate processes
 with their own CUDA contexts and are not affected by this lock.
 
 Held only for the reference's own timing rounds, not across the worker's rounds: a candidate

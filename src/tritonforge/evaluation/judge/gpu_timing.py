@@ -26,9 +26,12 @@ from tritonforge.evaluation.judge.decide import (
     reclassify,
 )
 from tritonforge.evaluation.judge.gpu_lock import judge_device
-from tritonforge.evaluation.judge.timing import stats
+from tritonforge.evaluation.judge.timing import device_peaks, stats
 from tritonforge.evaluation.sandbox.protocol import unpack_buffer
+from tritonforge.logging_setup import get_logger
 from tritonforge.types import Status, Verdict
+
+progress = get_logger("evaluation.progress")  # see judge.progress
 
 
 def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
@@ -36,6 +39,7 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
     timing rule or the post-timing re-check can still turn `v` into a reward hack. `ev` is the
     Evaluator (its reference store, seeds, timing lock, reference timer and compiled baseline)."""
     problem, ref, s, device, session = run.problem, run.ref, run.settings, run.device, run.session
+    progress.debug("timing: %d rounds against the live reference", s.perf_rounds)
     case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
     with judge_device(device):  # the reference's inputs: a device-to-device copy of the case
         dev_inputs = list(unpack_buffer(case.desc, case.packed, keep_strides=True))
@@ -110,8 +114,18 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
     hack = check_integrity(run.armed, reply["audit"]) or decide_audit(
         reply["audit"], facts, s, session.unsolicited, None
     )
+    peaks = device_peaks(device)
     hack = hack or decide_timing(
-        v, launches, run.records, status is Status.CORRECT, problem, nbytes, s, signatures, history
+        v,
+        launches,
+        run.records,
+        status is Status.CORRECT,
+        problem,
+        nbytes,
+        s,
+        peaks,
+        signatures=signatures,
+        history=history,
     )
     if hack:
         v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]

@@ -97,7 +97,7 @@ class Case:
 
     def __del__(self) -> None:
         # Evicted cases are closed when the last evaluation holding them lets go (closing on
-        # eviction raced with threads about to dup the fd: EBADF on the H200 suite run).
+        # eviction races with threads about to dup the fd: EBADF).
         self.close()
 
 

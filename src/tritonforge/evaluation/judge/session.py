@@ -13,6 +13,7 @@ import re
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from tritonforge.evaluation.judge.forkserver import ChildExit, ForkServer
@@ -126,8 +127,12 @@ class Session:
         self.close()
 
 
-def describe_exit(ex: ChildExit | None) -> tuple[str, str]:
-    """(status name, message) for a worker that ended without answering."""
+def describe_exit(
+    ex: ChildExit | None, stderr_tail: Callable[[], str] | None = None
+) -> tuple[str, str]:
+    """(status name, message) for a worker that ended without answering. A GPU fault the ROCm
+    runtime reports on stderr before aborting ("Memory access fault by GPU node ...") is an
+    illegal memory access, as the same fault is on CUDA (untested on AMD hardware)."""
     if ex is None:
         return "crash", "the worker ended without answering and its exit status is unknown"
     if ex.reason == "rss":
@@ -143,5 +148,11 @@ def describe_exit(ex: ChildExit | None) -> tuple[str, str]:
             return "resource_limit", "killed: CPU time limit exceeded (SIGXCPU)"
         if sig == signal.SIGXFSZ:
             return "resource_limit", "killed: file size limit exceeded (SIGXFSZ)"
+        if (
+            sig == signal.SIGABRT
+            and stderr_tail
+            and "memory access fault by gpu" in (stderr_tail().lower())
+        ):
+            return "illegal_memory_access", f"the GPU reported a memory access fault ({name})"
         return "crash", f"the process crashed with {name}"
     return "crash", f"the process exited with code {ex.code} before answering"

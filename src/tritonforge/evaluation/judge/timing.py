@@ -3,24 +3,25 @@
 Covers: `stats` (median, mean, std, min, max over trials after dropping the first), timing the
 reference (eager, and torch.compile as a second baseline) in the judge process with the same
 method the worker uses for the candidate (L2 flush before each trial, host timer around the
-call, device-wide synchronize so side streams count), and a roofline bound on speedup.
+call, device-wide synchronize so side streams count), and a roofline bound on speedup from the
+peaks of the device in use (tritonforge.hardware.DEVICE_PEAKS).
 Does not cover: the candidate's timing loop (sandbox/worker.py) or the interleaving schedule (gpu_timing.py).
 On the CPU interpreter nothing is timed: interpreted Triton says nothing about GPU speed.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from typing import Any
 
 import torch
 
+from tritonforge.hardware import DevicePeaks, peaks_for
 from tritonforge.types import Timing
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
-H200_BANDWIDTH = 4.8e12  # bytes/s (datasheet; ~4.3 measured)
-H200_BF16 = 990e12  # dense FLOP/s (datasheet)
 
 
 def stats(times_ms: list[float], drop_first: bool = True) -> Timing:
@@ -61,11 +62,21 @@ class ReferenceTimer:
         return out
 
 
-def roofline_ms(flops: float | None, nbytes: float | None) -> float | None:
-    """Lower bound on runtime from the H200's peak bandwidth and bf16 FLOP rate."""
+@functools.lru_cache(maxsize=16)
+def device_peaks(device: str) -> DevicePeaks:
+    """Peaks of GPU `device` ("cuda:N") by the name torch reports (ROCm GPUs report theirs)."""
+    return peaks_for(torch.cuda.get_device_name(device))
+
+
+def roofline_ms(
+    flops: float | None, nbytes: float | None, peaks: DevicePeaks | None = None
+) -> float | None:
+    """Lower bound on runtime from a device's peak bandwidth and bf16 FLOP rate (default: the
+    fastest device in the table, so an unknown device never gets a bound that is too high)."""
+    peaks = peaks or peaks_for(None)
     bounds = []
     if nbytes:
-        bounds.append(nbytes / H200_BANDWIDTH * 1e3)
+        bounds.append(nbytes / peaks.bandwidth * 1e3)
     if flops:
-        bounds.append(flops / H200_BF16 * 1e3)
+        bounds.append(flops / peaks.bf16_flops * 1e3)
     return max(bounds) if bounds else None

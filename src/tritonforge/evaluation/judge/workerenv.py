@@ -1,14 +1,16 @@
 """Where and how a worker runs: device resolution, the minimal environment, the sandbox spec.
 
 Covers: `device_label`/`resolve_device`, `base_env` (no secrets; device pinned; set before torch
-is imported in the fork server), `worker_spec` (the SandboxSpec of one candidate) and
-`private_scratch` (the scratch dir of the rlimits-only mode). Does not cover: applying them (sandbox/isolation.py, sandbox/zygote.py).
+is imported in the fork server), `gpu_env` (the pinning of NVIDIA and AMD/ROCm GPUs),
+`worker_spec` (the SandboxSpec of one candidate) and `private_scratch` (the scratch dir of the
+rlimits-only mode). Does not cover: applying them (sandbox/isolation.py, sandbox/zygote.py).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import torch
 import tritonforge
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.sandbox.isolation import NOBODY, SandboxSpec
+from tritonforge.hardware import gpu_device_nodes, visible_list
 
 _KEEP_ENV = (
     "PATH",
@@ -30,7 +33,12 @@ _KEEP_ENV = (
     "NCCL_NVLS_ENABLE",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
     "NVSHMEM_DISABLE_NVLS",
+    "ROCM_PATH",
+    "ROCM_HOME",
+    "HIP_PATH",
 )
+# ROCm runtime settings kept for GPU workers (e.g. HSA_OVERRIDE_GFX_VERSION, ROCR_VISIBLE_DEVICES).
+_KEEP_PREFIXES_GPU = ("HSA_", "ROCR_", "HIP_")
 
 
 def device_label(settings: EvalSettings) -> str:
@@ -75,11 +83,24 @@ def base_env(device: str) -> dict[str, str]:
     if device == "cpu":
         env.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
     else:
-        idx = int(device.split(":")[1])
-        visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-        env["CUDA_VISIBLE_DEVICES"] = visible[idx] if idx < len(visible) else str(idx)
-        env["TRITONFORGE_WARM_GPU"] = os.environ.get("TRITONFORGE_WARM_GPU", "1")
-        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # is_available() without initialising CUDA
+        env.update(gpu_env(int(device.split(":")[1]), os.environ))
+    return env
+
+
+def gpu_env(index: int, environ: Mapping[str, str]) -> dict[str, str]:
+    """Variables pinning a GPU worker to device `index` of the judge's view, NVIDIA or AMD.
+
+    The ROCm runtime variables (HSA_*, ROCR_*, HIP_*) pass through; HIP_VISIBLE_DEVICES is
+    narrowed like CUDA_VISIBLE_DEVICES (HIP reads both). ROCR_VISIBLE_DEVICES, applied first by
+    the runtime, is kept as given. The AMD part is untested on hardware (see tritonforge.hardware).
+    """
+    env = {k: v for k, v in environ.items() if k.startswith(_KEEP_PREFIXES_GPU)}
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        visible = visible_list(environ, name) or []
+        if name == "CUDA_VISIBLE_DEVICES" or name in environ:
+            env[name] = visible[index] if index < len(visible) else str(index)
+    env["TRITONFORGE_WARM_GPU"] = environ.get("TRITONFORGE_WARM_GPU", "1")
+    env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # is_available() without initialising CUDA
     return env
 
 
@@ -97,6 +118,7 @@ def worker_spec(s: EvalSettings, device: str, scratch: str | None) -> dict[str, 
         scratch=scratch or "",
         env=env,
         allow_root=s.sandbox_allow_root,
+        device_nodes=[] if device == "cpu" else gpu_device_nodes(),
     )
     return {"sandbox": sandbox.to_json(), "rss_limit_mb": lim.memory_mb}
 

@@ -1,7 +1,7 @@
 """Turning a candidate's exception into a status and a message a model can act on.
 
 Covers: `classify_exception` (status by exception type and message, e.g. Triton compile errors,
-out-of-resources, illegal memory access) and `trim_traceback` (keeps the candidate's own frames
+out-of-resources, illegal memory access; CUDA and HIP error texts) and `trim_traceback` (keeps the candidate's own frames
 and the final error, drops framework noise, bounds the length). Runs in the worker; returns
 plain strings so nothing crosses the process boundary but JSON. Does not cover: crash signals
 and timeouts (decided by the judge from exit codes and deadlines).
@@ -15,6 +15,23 @@ from typing import Any
 from tritonforge.types import Status
 
 MAX_MESSAGE = 4000
+# Lower-case fragments of CUDA and HIP (ROCm) error texts. The HIP ones follow the HIP runtime's
+# error names and messages (hipErrorIllegalAddress, "Memory access fault by GPU node", ...);
+# they are unit-tested on strings only: no AMD GPU has produced them for this code.
+ILLEGAL_ACCESS_TEXTS = (
+    "illegal memory access",
+    "misaligned address",
+    "illegal instruction",
+    "hiperrorillegaladdress",
+    "memory access fault by gpu",
+)
+OUT_OF_RESOURCES_TEXTS = (
+    "out of resource",
+    "cuda out of memory",
+    "hip out of memory",
+    "hiperroroutofmemory",
+)
+NO_BINARY_TEXTS = ("hiperrornobinaryforgpu", "invalid device function")
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -30,19 +47,14 @@ def classify_exception(exc: BaseException, phase: str, in_kernel: bool = False) 
     """Status for an exception raised by candidate code in `phase` (import|init|forward)."""
     names = " ".join(f"{type(e).__module__}.{type(e).__name__}" for e in _chain(exc))
     text = " ".join(str(e) for e in _chain(exc)).lower()
-    if (
-        "illegal memory access" in text
-        or "misaligned address" in text
-        or "illegal instruction" in text
-    ):
+    if any(k in text for k in ILLEGAL_ACCESS_TEXTS):
         return Status.ILLEGAL_MEMORY_ACCESS
     if "defaultcpuallocator" in text or "can't allocate memory" in text:
         return Status.RESOURCE_LIMIT  # host allocation refused under the sandbox's memory rlimit
     if (
         "OutOfResources" in names
-        or "out of resource" in text
         or "OutOfMemoryError" in names
-        or "cuda out of memory" in text
+        or any(k in text for k in OUT_OF_RESOURCES_TEXTS)
     ):
         return Status.OUT_OF_RESOURCES
     if isinstance(exc, MemoryError):
@@ -53,6 +65,7 @@ def classify_exception(exc: BaseException, phase: str, in_kernel: bool = False) 
         or "PTXASError" in names
         or "InterpreterError" in names  # the CPU interpreter wraps errors raised in a kernel body
         or "error building extension" in text  # CUDA C++ backend: nvcc/ninja output follows
+        or any(k in text for k in NO_BINARY_TEXTS)
         or in_kernel
     ):
         return Status.COMPILE_ERROR

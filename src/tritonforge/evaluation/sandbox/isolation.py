@@ -25,6 +25,7 @@ import resource
 import signal
 import stat
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -64,6 +65,9 @@ class SandboxSpec:
     max_file_mb: int = 2048
     scratch: str = ""  # rlimits mode: a private dir made by the judge; namespaces: inside tmpfs
     env: dict[str, str] = field(default_factory=dict)
+    # GPU device nodes the worker opens (NVIDIA /dev/nvidia*, AMD /dev/kfd + /dev/dri/*), listed
+    # by the judge (tritonforge.hardware.gpu_device_nodes)
+    device_nodes: list[str] = field(default_factory=list)
     allow_root: bool = False  # rlimits mode: run the candidate as root when nobody is unusable
 
     def to_json(self) -> dict[str, Any]:
@@ -151,20 +155,21 @@ def _blocked_ancestor(path: str) -> str | None:
     return None
 
 
-def _devices_usable_by_nobody(device: str) -> bool:
-    """CUDA needs /dev/nvidia*; if `nobody` cannot open them we stay uid 0 without capabilities."""
-    if device != "cuda":
-        return True
-    import glob
+def _devices_usable_by_nobody(spec: SandboxSpec) -> bool:
+    """A GPU needs its device nodes (NVIDIA /dev/nvidia*; AMD /dev/kfd and /dev/dri/*): if
+    `nobody` cannot open one of them we stay uid 0 without capabilities."""
+    return spec.device != "cuda" or nodes_open_to_all(spec.device_nodes)
 
-    for dev in glob.glob("/dev/nvidia*"):
+
+def nodes_open_to_all(paths: list[str], stat_fn: Callable[[str], os.stat_result] = os.stat) -> bool:
+    """True when every character device among `paths` is readable and writable by others."""
+    want = stat.S_IROTH | stat.S_IWOTH
+    for dev in paths:
         try:
-            mode = os.stat(dev).st_mode
+            mode = stat_fn(dev).st_mode
         except OSError:
             continue
-        if stat.S_ISCHR(mode) and (mode & (stat.S_IROTH | stat.S_IWOTH)) != (
-            stat.S_IROTH | stat.S_IWOTH
-        ):
+        if stat.S_ISCHR(mode) and (mode & want) != want:
             return False
     return True
 
@@ -374,7 +379,7 @@ def enter_sandbox(spec: SandboxSpec) -> SandboxReport:
         worker = os.fork()
         if worker:
             _pid1_reaper(worker)
-        if drop_to_nobody and _devices_usable_by_nobody(spec.device):
+        if drop_to_nobody and _devices_usable_by_nobody(spec):
             _become_nobody()
         else:
             if drop_to_nobody:

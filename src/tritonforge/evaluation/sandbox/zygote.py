@@ -124,7 +124,7 @@ def preload() -> None:
     # Warm the legacy profiler used by the audit (cheap; Kineto is avoided here because it would
     # initialise CUDA in the fork server, and a forked child cannot use CUDA after that).
     # Not on GPU fork servers: on a CUDA build even the legacy profiler initialises the driver,
-    # after which forked children cannot use CUDA (seen on the H200).
+    # after which forked children cannot use CUDA.
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
         with torch.autograd.profiler.profile(use_kineto=False) as prof:
             torch.relu(torch.zeros(4))

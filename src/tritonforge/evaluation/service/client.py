@@ -5,14 +5,14 @@ failures only (connect/read/write errors, 502/503/504, 429 honouring Retry-After
 attempts and total time, several servers behind one client with least-outstanding-requests
 balancing, and skipping servers that failed recently (transport errors, 5xx, failed /health).
 Never raises for transport problems and never returns None: a non-transient failure or exhausted
-retries gives an `internal_error` verdict whose message says why.
+retries gives an `internal_error` verdict whose message says why. The retry loop, its policy and
+the least-outstanding choice are tritonforge.retry's, shared with the engine clients.
 Does not cover: the server (server.py) or judging (judge/evaluator.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.logging_setup import get_logger
+from tritonforge.retry import LeastOutstanding, RetryPolicy, Try, retry_after_seconds, with_retries
 from tritonforge.types import Problem, Status, Verdict
 
 log = get_logger("evaluation.client")
@@ -71,7 +72,11 @@ class EvalClient:
             raise ValueError("EvalClient needs at least one server URL")
         self.servers = [_Server(u.rstrip("/")) for u in url_list]
         self.timeout_s, self.max_attempts, self.max_retry_s = timeout_s, max_attempts, max_retry_s
+        self.policy = RetryPolicy(
+            max_attempts, max_retry_s, backoff_s=0.5, max_backoff_s=10.0, jitter=True
+        )
         self.down_s, self.deadline_s = down_s, deadline_s
+        self._balance: LeastOutstanding[_Server] = LeastOutstanding()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s, pool=timeout_s),
@@ -79,7 +84,6 @@ class EvalClient:
             headers=headers,
             transport=transport,
         )
-        self._rr = 0
 
     async def __aenter__(self) -> EvalClient:
         return self
@@ -130,69 +134,52 @@ class EvalClient:
     # -- transport ---------------------------------------------------------------------------
     async def request(self, method: str, path: str, payload: Any = None) -> tuple[Any, str | None]:
         """(JSON body, None) on success, (None, why) after a non-transient failure or retries."""
-        start = time.monotonic()
-        last = ""
-        for attempt in range(1, self.max_attempts + 1):
+
+        async def once(n: int) -> Try[tuple[Any, str | None]]:
             server = self.pick()
-            delay, last, final = await self._attempt(server, method, path, payload, attempt)
-            if final is not None:
-                return final
-            if attempt == self.max_attempts:
-                break
-            if any(s.up(time.monotonic()) for s in self.servers if s is not server):
-                delay = min(delay, 0.05)  # another server may take it right away
-            spent = time.monotonic() - start
-            if spent + delay > self.max_retry_s:
-                return (
-                    None,
-                    f"gave up after {attempt} attempt(s) in {spent:.1f} s (retry budget {self.max_retry_s:g} s): {last}",
-                )
-            await asyncio.sleep(delay)
-        spent = time.monotonic() - start
-        return None, f"gave up after {self.max_attempts} attempt(s) in {spent:.1f} s: {last}"
+            outcome = await self._attempt(server, method, path, payload)
+            now = time.monotonic()
+            if not outcome.final and any(s.up(now) for s in self.servers if s is not server):
+                outcome.max_wait_s = 0.05  # another server may take it right away
+            return outcome
+
+        return await with_retries(once, self.policy, lambda why: (None, why), f"{method} {path}")
 
     async def _attempt(
-        self, server: _Server, method: str, path: str, payload: Any, attempt_no: int
-    ) -> tuple[float, str, tuple[Any, str | None] | None]:
-        """One try: (retry delay, what went wrong, final result or None to retry)."""
-        server.outstanding += 1
-        try:
-            resp = await self._http.request(method, server.url + path, json=payload)
-        except TRANSIENT_ERRORS as exc:
-            self._mark_down(server)
-            return _backoff(attempt_no), f"{server.url}: {type(exc).__name__}: {exc}", None
-        except httpx.TimeoutException as exc:
-            why = f"{server.url} gave no answer within {self.timeout_s:g} s ({type(exc).__name__}); not retried: the evaluation may still be running"
-            return 0.0, why, (None, why)
-        except httpx.HTTPError as exc:
-            why = f"{server.url}: {type(exc).__name__}: {exc}"
-            return 0.0, why, (None, why)
-        finally:
-            server.outstanding -= 1
-        detail = _detail(resp)
+        self, server: _Server, method: str, path: str, payload: Any
+    ) -> Try[tuple[Any, str | None]]:
+        """One try at `server`: final (body, None) or (None, why), or a retry with its reason."""
+        with self._balance.track(server):
+            try:
+                resp = await self._http.request(method, server.url + path, json=payload)
+            except TRANSIENT_ERRORS as exc:
+                self._mark_down(server)
+                return Try(reason=f"{server.url}: {type(exc).__name__}: {exc}")
+            except httpx.TimeoutException as exc:
+                why = f"{server.url} gave no answer within {self.timeout_s:g} s ({type(exc).__name__}); not retried: the evaluation may still be running"
+                return Try((None, why))
+            except httpx.HTTPError as exc:
+                return Try((None, f"{server.url}: {type(exc).__name__}: {exc}"))
         if resp.status_code == 200:
             server.failures = 0
             try:
-                return 0.0, "", (resp.json(), None)
+                return Try((resp.json(), None))
             except ValueError as exc:
-                why = f"{server.url} answered with malformed JSON: {exc}"
-                return 0.0, why, (None, why)
-        why = f"{server.url}: HTTP {resp.status_code}: {detail}"
+                return Try((None, f"{server.url} answered with malformed JSON: {exc}"))
+        why = f"{server.url}: HTTP {resp.status_code}: {_detail(resp)}"
         if resp.status_code not in RETRY_STATUS:
-            return 0.0, why, (None, f"the server rejected the request ({why})")
+            return Try((None, f"the server rejected the request ({why})"))
         if resp.status_code in SERVER_DOWN_STATUS:
             self._mark_down(server)
-        delay = _retry_after(resp)
-        return (delay if delay is not None else _backoff(attempt_no)), why, None
+        return Try(reason=why, wait_s=retry_after_seconds(resp.headers))
 
     def pick(self) -> _Server:
         """Least outstanding requests among servers not marked down (all, if every one is)."""
         now = time.monotonic()
         up = [s for s in self.servers if s.up(now)] or self.servers
-        least = min(s.outstanding for s in up)
-        ties = [s for s in up if s.outstanding == least]
-        self._rr += 1
-        return ties[self._rr % len(ties)]
+        chosen = self._balance.pick(up)
+        assert chosen is not None  # servers is never empty
+        return chosen
 
     def _mark_down(self, server: _Server) -> None:
         server.failures += 1
@@ -215,18 +202,6 @@ class EvalClient:
 
         results = await asyncio.gather(*(one(s) for s in self.servers))
         return {s.url: ok for s, ok in zip(self.servers, results)}
-
-
-def _backoff(attempt: int, base: float = 0.5, cap: float = 10.0) -> float:
-    return min(cap, base * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
-
-
-def _retry_after(resp: httpx.Response) -> float | None:
-    raw = resp.headers.get("retry-after", "").strip()
-    try:
-        return max(0.0, float(raw)) if raw else None
-    except ValueError:
-        return None
 
 
 def _detail(resp: httpx.Response) -> str:

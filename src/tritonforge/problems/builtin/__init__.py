@@ -200,4 +200,4 @@ def _check_unique(problems: list[Problem]) -> None:
         by_name[p.name] = here
 
 
-register_suite("builtin", load_builtin)
+register_suite("builtin", load_builtin, sizes=SIZES)

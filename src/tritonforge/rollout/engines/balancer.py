@@ -1,7 +1,7 @@
 """Several engine endpoints behind one client-side balancer.
 
-Covers: routing each prompt to the healthy endpoint with the fewest outstanding requests (ties go
-to the lowest index), marking an endpoint unhealthy when a call fails and its health check then
+Covers: routing each prompt to the healthy endpoint with the fewest outstanding requests (ties
+rotate; tritonforge.retry.LeastOutstanding, the same choice the evaluation client makes), marking an endpoint unhealthy when a call fails and its health check then
 fails, re-checking it after `health_recheck_s`, re-sending a failed prompt once to another
 endpoint, and fanning weight updates out to every endpoint (an endpoint whose update failed is
 benched until a later update succeeds, so stale weights never serve). Does not cover: the
@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from tritonforge.logging_setup import get_logger
+from tritonforge.retry import LeastOutstanding
 from tritonforge.rollout.engines.base import Engine, EngineConfig, SamplingParams, failed
 from tritonforge.types import Generation, GenStatus
 
@@ -48,6 +49,7 @@ class BalancedEngine:
         self._slots = [_Slot(engine=e, name=n) for e, n in zip(engines, names)]
         self._recheck_s = health_recheck_s
         self._version = 0
+        self._balance: LeastOutstanding[_Slot] = LeastOutstanding()
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> BalancedEngine:
@@ -80,8 +82,7 @@ class BalancedEngine:
         return [s for s in self._slots if s.healthy and not s.stale]
 
     def _pick(self, usable: list[_Slot], exclude: set[int]) -> _Slot | None:
-        choices = [s for s in usable if id(s) not in exclude]
-        return min(choices, key=lambda s: s.outstanding) if choices else None
+        return self._balance.pick([s for s in usable if id(s) not in exclude])
 
     async def _mark_if_down(self, slot: _Slot) -> None:
         if not await slot.engine.health():
@@ -97,11 +98,8 @@ class BalancedEngine:
             if slot is None:
                 return gen
             tried.add(id(slot))
-            slot.outstanding += 1
-            try:
+            with self._balance.track(slot):
                 gen = (await slot.engine.generate([prompt], params))[0]
-            finally:
-                slot.outstanding -= 1
             if gen.status is not GenStatus.ERROR:
                 return gen
             await self._mark_if_down(slot)

@@ -1,12 +1,13 @@
 """HTTP plumbing shared by the server-backed engines: one JSON call with bounded retries.
 
-Covers: `RetryPolicy`, `HttpResult` and `call_json`, which retries only transient failures
+Covers: `HttpResult` and `call_json`, which retries only transient failures
 (connect errors and timeouts, pool exhaustion, HTTP 502/503/504, and 429 honouring Retry-After;
 for idempotent control calls also a dropped connection, e.g. a keep-alive connection the server
 closed after an error), capped in attempts and in total waiting time, and turns everything else into a status: a read
 timeout is `GenStatus.TIMEOUT` (the request may still be running, so it is not resent), any other
-4xx/5xx or transport error is `GenStatus.ERROR`. Does not cover: request or response shapes
-(see vllm.py, sglang.py). Nothing here raises for a failed call.
+4xx/5xx or transport error is `GenStatus.ERROR`. The retry loop and `RetryPolicy` are
+tritonforge.retry's, shared with the evaluation client. Does not cover: request or response
+shapes (see vllm.py, sglang.py). Nothing here raises for a failed call.
 """
 
 from __future__ import annotations
@@ -20,23 +21,16 @@ from typing import Any
 import httpx
 
 from tritonforge.logging_setup import get_logger
+from tritonforge.retry import RetryPolicy, Try, retry_after_seconds, with_retries
 from tritonforge.types import Generation, GenStatus
+
+__all__ = ["EndpointClient", "HttpResult", "RetryPolicy", "call_json", "post_generation", "probe"]
 
 log = get_logger(__name__)
 
 TRANSIENT_STATUS = {502, 503, 504}
 _TRANSIENT_EXC = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _DROPPED_EXC = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """At most `max_attempts` tries; sleeps backoff_s * 2**k, never past `budget_s` in total."""
-
-    max_attempts: int = 4
-    budget_s: float = 60.0
-    backoff_s: float = 0.5
-    max_retry_after_s: float = 30.0
 
 
 @dataclass
@@ -54,17 +48,6 @@ class HttpResult:
         return self.status is GenStatus.OK
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    """Seconds from a Retry-After header given as a number (HTTP dates are ignored)."""
-    raw = response.headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        return max(float(raw), 0.0)
-    except ValueError:
-        return None
-
-
 def _body_text(response: httpx.Response, limit: int = 500) -> str:
     try:
         return response.text[:limit]
@@ -79,37 +62,33 @@ async def _attempt(
     payload: Any,
     timeout: httpx.Timeout,
     idempotent: bool,
-) -> tuple[HttpResult | None, float | None, str]:
-    """One try: (final result or None to retry, server-requested delay, reason for a retry)."""
+) -> Try[HttpResult]:
+    """One try: a final HttpResult, or a retry with its reason (and a server-requested delay)."""
     try:
         resp = await client.request(method, url, json=payload, timeout=timeout)
     except _TRANSIENT_EXC as exc:
-        return None, None, f"{type(exc).__name__}: {exc}"
+        return Try(reason=f"{type(exc).__name__}: {exc}")
     except _DROPPED_EXC as exc:
         if idempotent:
-            return None, None, f"{type(exc).__name__}: {exc}"
-        return HttpResult(GenStatus.ERROR, error=f"{type(exc).__name__}: {exc}"), None, ""
+            return Try(reason=f"{type(exc).__name__}: {exc}")
+        return Try(HttpResult(GenStatus.ERROR, error=f"{type(exc).__name__}: {exc}"))
     except httpx.TimeoutException as exc:  # read/write timeout: the server may still be working
-        return HttpResult(GenStatus.TIMEOUT, error=f"{type(exc).__name__}: {exc}"), None, ""
+        return Try(HttpResult(GenStatus.TIMEOUT, error=f"{type(exc).__name__}: {exc}"))
     except httpx.HTTPError as exc:
-        return HttpResult(GenStatus.ERROR, error=f"{type(exc).__name__}: {exc}"), None, ""
+        return Try(HttpResult(GenStatus.ERROR, error=f"{type(exc).__name__}: {exc}"))
     code = resp.status_code
     if code in TRANSIENT_STATUS or code == 429:
-        delay = _retry_after(resp) if code == 429 else None
-        return None, delay, f"HTTP {code}: {_body_text(resp, 200)}"
+        delay = retry_after_seconds(resp.headers) if code == 429 else None
+        return Try(reason=f"HTTP {code}: {_body_text(resp, 200)}", wait_s=delay)
     if code >= 400:
-        return (
-            HttpResult(GenStatus.ERROR, code=code, error=f"HTTP {code}: {_body_text(resp)}"),
-            None,
-            "",
-        )
+        return Try(HttpResult(GenStatus.ERROR, code=code, error=f"HTTP {code}: {_body_text(resp)}"))
     if not resp.content:
-        return HttpResult(GenStatus.OK, data=None, code=code), None, ""
+        return Try(HttpResult(GenStatus.OK, data=None, code=code))
     try:
         data = resp.json()
     except ValueError:
         data = resp.text
-    return HttpResult(GenStatus.OK, data=data, code=code), None, ""
+    return Try(HttpResult(GenStatus.OK, data=data, code=code))
 
 
 async def call_json(
@@ -123,29 +102,20 @@ async def call_json(
     idempotent: bool = False,
 ) -> HttpResult:
     """Send one JSON request with bounded retries on transient failures (see module docstring)."""
-    start = time.monotonic()
-    reason = ""
-    for attempt in range(1, policy.max_attempts + 1):
-        result, server_delay, reason = await _attempt(
-            client, method, url, payload, timeout, idempotent
-        )
-        if result is not None:
-            result.attempts = attempt
-            return result
-        if attempt == policy.max_attempts:
-            break
-        if server_delay is not None:
-            delay = min(server_delay, policy.max_retry_after_s)
-        else:
-            delay = policy.backoff_s * (2 ** (attempt - 1))
-        if time.monotonic() - start + delay > policy.budget_s:
-            reason += f" (retry budget {policy.budget_s:.0f}s spent)"
-            break
-        log.debug("retrying %s %s in %.2fs: %s", method, url, delay, reason)
-        await asyncio.sleep(delay)
-    return HttpResult(
-        GenStatus.ERROR, error=f"gave up after {attempt} attempt(s): {reason}", attempts=attempt
-    )
+    attempts = 0
+
+    async def once(n: int) -> Try[HttpResult]:
+        nonlocal attempts
+        attempts = n
+        outcome = await _attempt(client, method, url, payload, timeout, idempotent)
+        if outcome.done is not None:
+            outcome.done.attempts = n
+        return outcome
+
+    def give_up(why: str) -> HttpResult:
+        return HttpResult(GenStatus.ERROR, error=why, attempts=attempts)
+
+    return await with_retries(once, policy, give_up, f"{method} {url}")
 
 
 class EndpointClient:

@@ -4,10 +4,17 @@ Covers: one POST /generate per prompt (concurrent, bounded) with `input_ids`, `s
 and `return_logprob: true`; exact token ids and logprobs from `meta_info.output_token_logprobs`
 (entries [logprob, token_id, text-or-null]); the finish reason from `meta_info.finish_reason`
 ({"type": "stop"|"length"|"abort", ...}); POST /update_weights_from_disk {"model_path": DIR}
-(answers {"success": bool, "message": str}, HTTP 400 on failure) followed by POST /flush_cache;
-GET /health. Shapes relied on: SGLang docs "Sampling Parameters" (/generate arguments:
-input_ids, sampling_params, return_logprob, logprob_start_len) and the SGLang sources
+(answers {"success": bool, "message": str, ...}, HTTP 400 on failure); GET /health.
+
+No /flush_cache after a weight update: the scheduler's update_weights_from_disk flushes the radix
+cache itself when the load succeeds (its request's `flush_cache` defaults to true), while
+POST /flush_cache answers HTTP 400 whenever requests are running or waiting ("the operation will
+not be performed"), which under the async schedule is the normal case. A server that rejects
+`sampling_seed` (older SGLang) serves unseeded requests; a seeded one fails with an error that
+says so. Shapes relied on: SGLang docs "Sampling Parameters" (/generate arguments: input_ids,
+sampling_params, return_logprob, logprob_start_len) and the SGLang sources
 python/sglang/srt/entrypoints/http_server.py (update_weights_from_disk, flush_cache),
+managers/scheduler_update_weights_mixin.py (update_weights_from_disk -> flush_cache),
 managers/tokenizer_manager.py (detokenize_logprob_tokens builds (logprob, token_id, text)
 triples) and managers/schedule_batch.py (FINISH_* .to_json()).
 Does not cover: text prompts, streaming, the tensor/distributed weight-update variants
@@ -25,6 +32,7 @@ from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.engines.base import (
     EngineConfig,
     SamplingParams,
+    failed,
 )
 from tritonforge.rollout.engines.http import (
     EndpointClient,
@@ -33,7 +41,7 @@ from tritonforge.rollout.engines.http import (
     post_generation,
     probe,
 )
-from tritonforge.types import Generation
+from tritonforge.types import Generation, GenStatus
 
 log = get_logger(__name__)
 
@@ -76,6 +84,7 @@ class SGLangEngine:
         self._policy = policy or RetryPolicy()
         self._http = EndpointClient(connect_timeout_s, max_concurrency)
         self._version = 0
+        self._seed_rejected = False  # the server answered that it has no `sampling_seed`
 
     @classmethod
     def from_config(cls, config: EngineConfig, url: str | None = None) -> SGLangEngine:
@@ -117,15 +126,30 @@ class SGLangEngine:
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         return list(await asyncio.gather(*(self._one(p, params, i) for i, p in enumerate(prompts))))
 
-    async def _one(self, prompt: list[int], params: SamplingParams, index: int) -> Generation:
-        body = self.request_body(prompt, params, index)
-        url = f"{self.url}/generate"
-        return await post_generation(
-            self._http, url, body, self._timeout, self._policy, parse_generate_response, "SGLang"
+    def seed_unsupported(self) -> str:
+        return (
+            f"the SGLang server at {self.url} does not accept sampling_seed (an older SGLang), "
+            "but this request is seeded: use a newer SGLang, or unset the seeds "
+            "(agent.sampling.seed; evaluate.enabled = false, whose before/after pass is seeded)"
         )
 
+    async def _one(self, prompt: list[int], params: SamplingParams, index: int) -> Generation:
+        if params.seed is not None and self._seed_rejected:
+            return failed(GenStatus.ERROR, self.seed_unsupported())
+        body = self.request_body(prompt, params, index)
+        url = f"{self.url}/generate"
+        gen = await post_generation(
+            self._http, url, body, self._timeout, self._policy, parse_generate_response, "SGLang"
+        )
+        if params.seed is not None and gen.status is GenStatus.ERROR and _rejects_seed(gen.error):
+            if not self._seed_rejected:
+                log.error("%s", self.seed_unsupported())
+            self._seed_rejected = True
+            return failed(GenStatus.ERROR, self.seed_unsupported(), gen.latency_s)
+        return gen
+
     async def update_weights(self, path: str, version: int) -> bool:
-        """POST /update_weights_from_disk, then /flush_cache; True when both succeed."""
+        """POST /update_weights_from_disk (which flushes the cache itself); True on success."""
         res = await call_json(
             self._http.client,
             "POST",
@@ -138,17 +162,6 @@ class SGLangEngine:
         if not success:
             log.warning("SGLang weight update failed: %s", res.error or res.data)
             return False
-        flushed = await call_json(
-            self._http.client,
-            "POST",
-            f"{self.url}/flush_cache",
-            timeout=self._update_timeout,
-            policy=self._policy,
-            idempotent=True,
-        )
-        if not flushed.ok:
-            log.warning("SGLang flush_cache failed: %s", flushed.error)
-            return False
         self._version = version
         log.info("SGLang weights updated", extra={"fields": {"url": self.url, "version": version}})
         return True
@@ -158,3 +171,9 @@ class SGLangEngine:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def _rejects_seed(error: str | None) -> bool:
+    """An HTTP 4xx/5xx answer that names `sampling_seed` (an SGLang without that parameter)."""
+    text = (error or "").lower()
+    return text.startswith("http 4") or (text.startswith("http 5") and "sampling_seed" in text)

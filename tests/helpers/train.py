@@ -1,10 +1,9 @@
-"""Helpers for the trainer tests: tiny Qwen3 / Qwen3-MoE models made in code, random episodes."""
+"""Helpers for the trainer tests: tiny Qwen3 / Qwen3-MoE models made in code, random episodes.
+
+The `one_thread` fixture these tests use is in tests/conftest.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import torch
 
 from tritonforge.types import Trajectory, Turn
@@ -50,13 +49,3 @@ def trajectories(n: int = 6, seed: int = 0, version: int = 0) -> list[Trajectory
         out.append(Trajectory(problem_id=f"p{i}", prompt_ids=ids[:p], token_ids=ids, loss_mask=mask,
                               rollout_logprobs=lp, advantages=adv, turns=turns, policy_version=version))  # fmt: skip
     return out
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models on one intra-op thread: on a busy 2-core machine, two OpenMP threads per
-    matmul made these tests 10-50x slower (spin-waiting), one thread is fast and deterministic."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)

@@ -1,0 +1,67 @@
+"""benchmarks/train_step.py --tiny on CPU: every phase runs and the JSON has what the GPU run
+reports (device facts, attention checks, each variant, agreement, verdict, the ladder shape)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_tiny_benchmark_runs_every_phase(tmp_path: Path) -> None:
+    out = tmp_path / "train_step.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(REPO / "benchmarks" / "train_step.py"), "--tiny", "--profile",
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["device_facts"]["device"] == "cpu" and "6 * N * tokens" in report["flop_formula"]
+    backends = report["attention"]["backends"]
+    assert backends["loop"]["ok"] and backends["sdpa"]["ok"]
+    assert report["attention"]["chosen"] == {"uniform": "sdpa", "ragged": "loop"}
+    tiny = report["shapes"]["tiny"]
+    expected = {"naive_micro1", "trainer_before", "packed_eager", "fast", "fast_pure_bf16",
+                "fast_ragged_attention"}  # fmt: skip
+    assert set(tiny["results"]) == expected
+    for name, res in tiny["results"].items():
+        assert res["status"] == "ok", (name, res)
+        assert len(res["step_s_all"]) == 2 and res["tokens_per_s"] > 0
+    assert tiny["agreement"]["pass"] is True and tiny["agreement"]["grads_missing"] == []
+    assert tiny["results"]["fast"]["profile"]["status"] == "ok"
+    assert (tmp_path / "profile_tiny.txt").read_text().strip()
+    assert tiny["verdict"]["best"] in expected
+    assert report["shapes"]["tiny2"]["results"]["fast_try0"]["status"] == "ok"
+
+
+def test_failed_fast_path_is_retried_with_default_attention(monkeypatch) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import train_step as ts
+
+    def fake_trainer(args, shape, config, device, v, deadline, ctx):
+        if v["uniform"] != "auto":
+            raise RuntimeError("kernel refused these strides")
+        return {"status": "ok", "step_s": 1.0, "mfu_with_attention": 0.5}
+
+    monkeypatch.setattr(ts, "run_trainer", fake_trainer)
+    monkeypatch.setattr(ts, "run_naive", lambda *a: {"status": "ok", "step_s": 4.0})
+    monkeypatch.setattr(ts, "agreement", lambda *a: {"status": "ok", "pass": True})
+    args = ts.parse(["--tiny"])
+    report = {"device_facts": {}, "shapes": {},
+              "attention": {"chosen": {"uniform": "sdpa_cudnn", "ragged": "varlen"}}}  # fmt: skip
+    essential, _ = ts.first_shape_variants(args, report["attention"]["chosen"])
+    ts.run_variants(args, "tiny", "cpu", report, essential, True)
+    res = report["shapes"]["tiny"]
+    assert res["results"]["fast"]["status"] == "error"
+    assert "strides" in res["results"]["fast"]["error"]
+    assert res["results"]["fast_default_attention"]["status"] == "ok"
+    assert res["agreement"]["pass"] and report["attention"]["chosen"]["uniform"] == "auto"
+    assert res["verdict"]["best"] == "fast_default_attention"
+    assert res["verdict"]["speed_target_met"] and res["verdict"]["mfu_target_met"]
