@@ -155,8 +155,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     with Evaluator(settings) as ev:
         cold_wall, cold_v = timed_eval(ev, problems[0])
-        dev_key = next(iter(ev._servers))
-        preload_s = ev._servers[dev_key].info.get("preload_s")
+        dev_key = next(iter(ev.started()))
+        preload_s = ev.started()[dev_key].server.info.get("preload_s")
         for p in problems:
             own = own_time(p, args.device, calls)
             own_total = own["import_s"] + own["first_s"] + calls * own["run_s"]

@@ -55,15 +55,23 @@ def trainer_config(args, seq: int, v: dict[str, Any]) -> Any:
 
     return TrainerConfig.model_validate({
         "model": {"dtype": "bf16", "master_fp32": v.get("master", True),
+                  "master_weights": v.get("where", "params"),
                   "gradient_checkpointing": v.get("ckpt") is not None,
                   "checkpoint_layers": v.get("ckpt"), "compile": v.get("compile", "off")},
         "optim": {"lr": 1e-6, "grad_clip": 1.0},
         "batch": {"micro_batch_tokens": v["micro_tokens"], "max_seq_len": seq + 1,
                   "chunk_tokens": v.get("chunk", args.chunk), "packing": v.get("packing", True),
+                  "lm_head": v.get("head", "auto"),
                   "attention": v.get("ragged", "auto"), "attention_uniform": v.get("uniform", "auto")},
         "loss": {"type": "grpo"},
         "rl": {"log_entropy": True},
     })  # fmt: skip
+
+
+def param_dtype_of(v: dict[str, Any]) -> torch.dtype:
+    """The parameter dtype a variant's trainer holds: fp32 masters as parameters, else bf16."""
+    fp32 = v.get("master", True) and v.get("where", "params") == "params"
+    return torch.float32 if fp32 else torch.bfloat16
 
 
 def count_params(config: Any) -> int:

@@ -40,7 +40,7 @@ def run_trainer(args, shape: str, config, device, v: dict, deadline: float, ctx:
 
     tp.reset_memory(device)
     cfg = tp.trainer_config(args, args.seq, v)
-    lm = tp.make_model(config, device, torch.float32 if v.get("master", True) else torch.bfloat16)
+    lm = tp.make_model(config, device, tp.param_dtype_of(v))
     trainer = RLTrainer(cfg, model=lm)
     batch = tp.make_batch(args.samples, args.seq, args.prompt, config.vocab_size)
     try:
@@ -106,30 +106,44 @@ def run_naive(args, config, device, deadline: float, ctx: dict) -> dict:
         tp.reset_memory(device)
 
 
+def best_config(args, attn: dict, micro: int) -> dict:
+    """The fast path as this round configures it: bf16 parameters with fp32 masters in the
+    optimizer, the Triton lm head over chunks of `args.big_chunk`, compiled layers."""
+    return {"compile": args.compile, "micro_tokens": micro, "uniform": attn["uniform"],
+            "ragged": attn["ragged"], "where": "optimizer", "head": "triton",
+            "chunk": args.big_chunk}  # fmt: skip
+
+
 def first_shape_variants(args, attn: dict) -> tuple[list, list]:
-    """(essential, extra) variants of the first shape; extras run after the other shapes."""
-    mb = args.micro_tokens
-    fast = {"compile": args.compile, "micro_tokens": mb, "uniform": attn["uniform"],
-            "ragged": attn["ragged"]}  # fmt: skip
+    """(essential, extra) variants of the first shape; extras run after the other shapes.
+    `agree` marks the variant whose configuration the agreement check runs."""
+    best = best_config(args, attn, args.big_micro)
+    round1 = {"compile": args.compile, "micro_tokens": args.micro_tokens, "head": "compiled",
+              "uniform": attn["uniform"], "ragged": attn["ragged"]}  # fmt: skip
     essential = [
-        ("packed_eager", {**fast, "compile": "off"}),
-        ("fast", {**fast, "profile": args.profile}),
-    ]
-    extra = [  # after the other shapes: the issue has a "before" figure already (2.66 s)
+        ("fast", {**best, "profile": args.profile, "agree": True}),
+        ("fast_compiled_head", {**best, "head": "compiled", "chunk": args.chunk, "agree": True}),
+        ("fast_half_micro", {**best, "micro_tokens": args.big_micro // 2, "agree": True}),
+    ]  # same shapes first: a new micro-batch size recompiles the layers (then dynamic)
+    extra = [  # after the other shapes (round 1 measured these)
+        ("fast_round1", round1),  # fp32 masters as parameters (autocast), as measured before
+        ("packed_eager", {**round1, "compile": "off"}),
+        ("fast_pure_bf16", {**best, "master": False, "where": "params"}),
         ("trainer_before", {"packing": False, "ckpt": 10**6, "micro_tokens": args.seq, "chunk": 1024}),
-        ("fast_pure_bf16", {**fast, "master": False}),
-        ("fast_ragged_attention", {**fast, "uniform": "same"}),
     ]  # fmt: skip
     return essential, extra
 
 
-def other_shape_ladder(args, shape: str, attn: dict, compile_ok: bool) -> list[dict]:
+def other_shape_ladder(
+    args, shape: str, attn: dict, compile_ok: bool, head: str = "triton"
+) -> list[dict]:
     """The fast path, then with more layers checkpointed after an OOM. 4b: one sample per
     micro-batch and half its layers checkpointed from the start (64 GB of fp32 weights, grads
     and Adam states leave about 70 GB; its activations are ~100 KB per token and layer)."""
     micro = args.seq if shape == "4b" else args.micro_tokens
-    base = {"compile": args.compile if compile_ok else "off", "micro_tokens": micro,
-            "uniform": attn["uniform"], "ragged": attn["ragged"]}  # fmt: skip
+    base = {**best_config(args, attn, micro), "compile": args.compile if compile_ok else "off"}
+    if head != "triton":  # the Triton head failed on the first shape
+        base.update(head=head, chunk=args.chunk)
     n_layers = tp.SHAPES[shape]["num_hidden_layers"]
     ladder = [base, {**base, "ckpt": n_layers // 2}, {**base, "ckpt": n_layers}]
     return ladder[1:] if shape == "4b" else ladder
@@ -150,8 +164,9 @@ def _context(args, shape: str, report: dict) -> tuple[Any, dict, dict]:
 
 
 def _no_time(args, deadline: float, v: dict) -> bool:
-    """Too little time left to start `v`: a compiled variant needs ~100 s (compile, steps)."""
-    need = 100.0 if v.get("compile") == "on" and not args.tiny else 20.0
+    """Too little time left to start `v`: a compiled variant needs ~30 s (compile caches are
+    warm after the first one; round 1: first steps of 6-18 s), others ~15 s."""
+    need = 30.0 if v.get("compile") == "on" and not args.tiny else 15.0
     return time.monotonic() > deadline or args.deadline - time.monotonic() < need
 
 
@@ -172,21 +187,24 @@ def run_variants(args, shape, device, report, variants, with_naive: bool) -> Non
         if _no_time(args, deadline, v):
             res["results"][name] = {"status": "skipped_time"}
             continue
-        res["results"][name] = tp.guarded(
+        out = res["results"][name] = tp.guarded(
             run_trainer, args, shape, config, device, v, _deadline(args, deadline), ctx
         )
         write(args, report)
-        if name == "fast" and res["results"][name].get("status") == "error":
+        if name == "fast" and out.get("status") == "error":
             v = _retry_attention(args, report, v)  # the chosen kernel may fail inside the model
             if v is not None and not _no_time(args, deadline, v):
-                res["results"]["fast_default_attention"] = tp.guarded(
+                out = res["results"]["fast_default_attention"] = tp.guarded(
                     run_trainer, args, shape, config, device, v, _deadline(args, deadline), ctx
                 )
                 write(args, report)
-        if name == "fast" and args.deadline - time.monotonic() > 30 and v is not None:
-            res["agreement"] = tp.guarded(agreement, args, config, device, v)
-            write(args, report)
-    res["verdict"] = verdict(res["results"])
+        agreed = res.get("agreement", {}).get("status") == "ok"
+        if v and v.get("agree") and out.get("status") == "ok" and not agreed:
+            if args.deadline - time.monotonic() > 30:
+                res["agreement"] = {**tp.guarded(agreement, args, config, device, v),
+                                    "variant": name}  # fmt: skip
+                write(args, report)
+    res["verdict"] = verdict(res["results"], args)
 
 
 def _retry_attention(args, report: dict, v: dict) -> dict | None:
@@ -198,10 +216,10 @@ def _retry_attention(args, report: dict, v: dict) -> dict | None:
     return {**v, "uniform": "auto", "ragged": "auto", "profile": False}
 
 
-def run_ladder(args, shape, device, report, attn: dict, compile_ok: bool) -> None:
+def run_ladder(args, shape, device, report, attn: dict, compile_ok: bool, head: str) -> None:
     config, ctx, res = _context(args, shape, report)
     deadline = min(args.deadline, time.monotonic() + args.shape_budget_s.get(shape, 240))
-    for i, v in enumerate(other_shape_ladder(args, shape, attn, compile_ok)):
+    for i, v in enumerate(other_shape_ladder(args, shape, attn, compile_ok, head)):
         if _no_time(args, deadline, v):
             res["results"][f"fast_try{i}"] = {"status": "skipped_time"}
             break
@@ -214,8 +232,9 @@ def run_ladder(args, shape, device, report, attn: dict, compile_ok: bool) -> Non
             break
 
 
-def verdict(results: dict) -> dict:
-    """The issue's targets for the fastest trainer result of the first shape."""
+def verdict(results: dict, args=None) -> dict:
+    """The issue's targets for the fastest trainer result of the first shape, with the trainer
+    configuration that ran it (`best_config`: the model and batch sections a user sets)."""
     naive = results.get("naive_micro1", {}).get("step_s")
     fast = [(r["step_s"], k) for k, r in results.items()
             if r.get("status") == "ok" and k.startswith(("fast", "packed"))]  # fmt: skip
@@ -224,9 +243,14 @@ def verdict(results: dict) -> dict:
     step, name = min(fast)
     mfu = results[name]["mfu_with_attention"]
     ratio = step / naive if naive else None
-    return {"best": name, "mfu_with_attention": mfu, "step_over_naive": ratio and round(ratio, 3),
-            "mfu_target_met": mfu >= TARGET_MFU,
-            "speed_target_met": ratio is not None and ratio <= TARGET_RATIO}  # fmt: skip
+    out = {"best": name, "mfu_with_attention": mfu, "step_over_naive": ratio and round(ratio, 3),
+           "mfu_target_met": mfu >= TARGET_MFU,
+           "speed_target_met": ratio is not None and ratio <= TARGET_RATIO}  # fmt: skip
+    settings = results[name].get("settings")
+    if args is not None and settings is not None:
+        cfg = tp.trainer_config(args, args.seq, settings)
+        out["best_config"] = cfg.model_dump(mode="json", include={"model", "batch", "optim"})
+    return out
 
 
 def device_facts(device: torch.device) -> dict:
@@ -260,7 +284,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, default=None, help="input tokens per sample (8192)")
     p.add_argument("--prompt", type=int, default=None, help="prompt tokens (no loss) per sample")
     p.add_argument("--micro-tokens", type=int, default=None, help="tokens per micro-batch")
-    p.add_argument("--chunk", type=int, default=None, help="lm-head chunk tokens")
+    p.add_argument("--chunk", type=int, default=None, help="lm-head chunk tokens (round 1)")
+    p.add_argument("--big-micro", type=int, default=None, help="micro-batch tokens, best config")
+    p.add_argument("--big-chunk", type=int, default=None, help="lm-head chunk, best config")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--budget", default="0.6b=220,1.7b=120,4b=140", help="seconds per shape phase")
@@ -279,6 +305,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.prompt = args.prompt if args.prompt is not None else args.seq // 16
     args.micro_tokens = args.micro_tokens or 2 * args.seq
     args.chunk = args.chunk or (32 if args.tiny else 4096)
+    args.big_micro = args.big_micro or args.samples * args.seq  # the whole step: one micro-batch
+    args.big_chunk = args.big_chunk or 2 * args.chunk
     args.shape_budget_s = {k: float(v) for k, v in (x.split("=") for x in args.budget.split(","))}
     args.shape_budget_s.setdefault("tiny", 600.0)
     args.shape_budget_s.setdefault("tiny2", 600.0)
@@ -309,9 +337,12 @@ def main(argv: list[str] | None = None) -> int:
         attn = report["attention"].get("chosen", attn)  # a failed fast path resets it
         if kind == "ladder":  # compile only where the first shape's fast path compiled
             results = report["shapes"].get(first, {}).get("results", {})
-            names = ("fast", "fast_default_attention")
+            names = ("fast", "fast_default_attention", "fast_half_micro", "fast_compiled_head")
             statuses = {results[k].get("status") for k in names if k in results}
-            job = (run_ladder, (attn, bool(statuses & {"ok", "oom"})))
+            triton_ok = any(results.get(k, {}).get("status") in ("ok", "oom")
+                            for k in ("fast", "fast_half_micro"))  # fmt: skip
+            job = (run_ladder, (attn, bool(statuses & {"ok", "oom"}),
+                                "triton" if triton_ok else "compiled"))  # fmt: skip
         else:
             essential, extra = first_shape_variants(args, attn)
             job = (run_variants, (essential if kind == "essential" else extra, kind == "essential"))

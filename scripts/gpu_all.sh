@@ -9,7 +9,7 @@ mkdir -p "$R"
 source scripts/gpu_env.sh
 exec > >(tee -a "$OUT/log.txt") 2>&1
 # STEPS picks steps (default all): e.g. STEPS="suite gpu_tests" on a time-limited machine.
-STEPS=${STEPS:-suite overhead gpu_tests defenses train_step server}
+STEPS=${STEPS:-suite overhead gpu_tests defenses train_step server kb_self timing}
 PYTEST="python3 -m pytest -m gpu -q -p no:cacheprovider -rA"
 step() { local name=$1 secs=$2; shift 2
   case " $STEPS " in *" $name "*) ;; *) echo "=== $name skipped"; return 0;; esac
@@ -32,5 +32,9 @@ step gpu_tests ${T_TESTS:-400} $PYTEST tests/gpu tests/eval/test_status_corpus.p
 step defenses ${T_DEF:-240} python3 benchmarks/defense_cost.py --device cuda --repeats 3 --out "$R/defense_cost.json" ${DEF_ARGS:-}
 step train_step ${T_TRAIN:-430} python3 benchmarks/train_step.py --total $(( ${T_TRAIN:-430} - 30 )) --profile --out "$R/train_step.json"
 step server ${T_SERVER:-240} python3 benchmarks/eval_server.py --device cuda --size gpu --n ${SERVER_N:-32} --workers 6 --concurrency 16 --baseline-n ${BASELINE_N:-3} --out "$R/server.json"
+# calibration of fair timing (resumable: run the same step again to continue a cut-off run)
+step kb_self ${T_KB_SELF:-570} python3 benchmarks/kernelbench_self.py --time-box ${BOX_KB_SELF:-510} --out "${KB_SELF_OUT:-docs/bench/h200_kernelbench_self.json}"
+step timing ${T_TIMING:-570} python3 benchmarks/timing_consistency.py --time-box ${BOX_TIMING:-510} --out "${TIMING_OUT:-docs/bench/h200_timing_consistency.json}"
+cp -f docs/bench/h200_kernelbench_self.json docs/bench/h200_timing_consistency.json "$R/" 2>/dev/null
 tar -czf "$OUT/results.tar.gz" -C "$R" .
 echo "=== done $(date +%T)"

@@ -81,6 +81,10 @@ class Status(str, Enum):
     INPUT_MUTATED = "input_mutated"
     REWARD_HACK = "reward_hack"
     INTERNAL_ERROR = "internal_error"
+    # the judge could not finish for reasons of its own (the machine too busy twice in a row,
+    # out of device memory after a retry alone, its reference timing process died twice): not
+    # the candidate's status; ask again
+    JUDGE_FAULT = "judge_fault"
     CORRECT = "correct"
 
     @property
@@ -91,7 +95,12 @@ class Status(str, Enum):
     @property
     def is_fault(self) -> bool:
         """A failure of the candidate before it produced comparable outputs."""
-        return not self.ran and self is not Status.CORRECT
+        return not self.ran and self is not Status.CORRECT and self is not Status.JUDGE_FAULT
+
+    @property
+    def is_judge_fault(self) -> bool:
+        """The judge, not the candidate, failed: counted apart from candidate statuses."""
+        return self is Status.JUDGE_FAULT
 
 
 _RAN = {
@@ -146,6 +155,11 @@ class Audit(Record):
     share_basis: str | None = Field(
         None, description="'work': 1 - PyTorch's work / the reference's (judge/work.py)."
     )
+    epilogue_ops: dict[str, int] = Field(
+        default_factory=dict,
+        description="PyTorch reductions/scales run after the last kernel on its output only "
+        "(O(output) work): allowed and reported in hybrid mode, rule torch_epilogue in strict.",
+    )
     violations: list[str] = Field(default_factory=list)
 
 
@@ -159,6 +173,7 @@ class Verdict(Record):
     problem_id: str = ""
     device: str = "cpu"
     mode: str = "strict"
+    preset: str = Field("strict", description="The preset of rules it was judged under.")
     phase: str | None = Field(
         None, description="Phase that failed: static|import|init|compile|correctness|timing."
     )
@@ -169,9 +184,23 @@ class Verdict(Record):
     runtime: Timing | None = None
     ref_runtime: Timing | None = None
     ref_compile_runtime: Timing | None = None
-    speedup: float | None = None
-    speedup_vs_compile: float | None = None
+    speedup: float | None = Field(None, description="Eager reference median / candidate median.")
+    speedup_vs_compile: float | None = Field(
+        None, description="torch.compile(reference) median / candidate median."
+    )
+    speedup_ci: list[float] | None = Field(
+        None, description="95% bootstrap interval [low, high] of `speedup` (timing noise)."
+    )
+    speedup_vs_compile_ci: list[float] | None = None
+    timing_clock: str | None = Field(
+        None, description="'cuda_events' (device time, floored by host time) or 'host'."
+    )
     audit: Audit | None = None
+    reference_nondeterministic: bool = Field(
+        False,
+        description="The problem's reference gives different outputs on the same inputs: values "
+        "were compared by statistics, not element by element.",
+    )
     reward: float = 0.0
     stdout_tail: str = ""
     stderr_tail: str = ""
@@ -183,6 +212,8 @@ class Verdict(Record):
     def short(self) -> str:
         """One line for logs and progress bars."""
         sp = f" speedup={self.speedup:.2f}x" if self.speedup is not None else ""
+        if self.speedup_vs_compile is not None:
+            sp += f" vs_compile={self.speedup_vs_compile:.2f}x"
         rule = f" rule={self.rule}" if self.rule else ""
         return f"{self.problem_id} {self.status.value}{rule}{sp} reward={self.reward:.3f}"
 

@@ -65,11 +65,12 @@ def judge(
         s.sandbox = sandbox
         s.sandbox_allow_root = sandbox == "rlimits"
         v = ev.evaluate(hc.problem(case["problem"]), watch.render(case["source"]), s)
-        server = ev._servers["cpu"] if "cpu" in ev._servers else None
+        res = ev.started().get("cpu")
+        server = res.server if res is not None else None
         damage = watch.damage()
         if server is not None and v.phase != "static":
             assert server.proc is not None and server.proc.poll() is None, "fork server died"
-            left = hc.wait_no_descendants(server.proc.pid)
+            left = hc.wait_no_descendants(server.proc.pid, keep=res.own_pids())
             if left:
                 damage.append(f"processes left under the fork server: {left}")
         cap = s.limits.output_bytes + 200

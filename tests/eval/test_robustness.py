@@ -90,7 +90,7 @@ def test_output_flood_is_capped(ev: Evaluator) -> None:
 
 def test_fork_server_restarted_after_kill(ev: Evaluator) -> None:
     assert_good(ev)
-    srv = ev._servers["cpu"]
+    srv = ev.started()["cpu"].server
     old = srv.proc
     os.kill(old.pid, signal.SIGKILL)  # the server this test's Evaluator started
     # regression: the very next candidate used to get internal_error ("fork server did not
@@ -102,7 +102,7 @@ def test_fork_server_restarted_after_kill(ev: Evaluator) -> None:
 
 def test_fork_server_killed_mid_evaluation(ev: Evaluator) -> None:
     assert_good(ev)
-    srv = ev._servers["cpu"]
+    srv = ev.started()["cpu"].server
     pid = srv.proc.pid
     box: dict = {}
     t = threading.Thread(

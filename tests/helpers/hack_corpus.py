@@ -3,7 +3,8 @@ placeholders, and the machine-level watch used by the class-4 attacks.
 
 Covers: loading `corpus/{attacks,legit}/manifest.toml`; resolving a case's problem (`builtin/NAME`
 from the built-in suite at the cpu preset, or `ref:NAME` from corpus/references); the fast
-settings every corpus test uses plus a case's own overrides; filling `@@KEY@@` placeholders in
+settings every corpus test uses plus a case's own overrides, and those that run the timing path
+on the CPU; filling `@@KEY@@` placeholders in
 attack sources (paths outside the sandbox, a loopback port, a sentinel process and file);
 `MachineWatch`, which sets those up and afterwards checks that nothing happened to the machine.
 Does not cover: the assertions on verdicts (test_attacks.py, test_legit.py).
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonforge.config.eval import EvalSettings
+from tritonforge.evaluation.judge.budget import children
 from tritonforge.types import Problem
 
 if sys.version_info >= (3, 11):
@@ -77,6 +79,21 @@ def base_settings(mode: str = "strict", device: str = "cpu") -> EvalSettings:
     return s
 
 
+def cpu_timing_settings(**kw: Any) -> EvalSettings:
+    """The timing path on the CPU (`time_on_cpu`; its numbers mean nothing): 2 correctness
+    trials, then 2 rounds of 1 warmup + 4 timed calls; `kw` overrides."""
+    base: dict[str, Any] = dict(
+        device="cpu",
+        time_on_cpu=True,
+        correctness_trials=2,
+        perf_trials=8,
+        perf_rounds=2,
+        perf_warmup=1,
+        bootstrap_samples=200,
+    )
+    return EvalSettings(**{**base, **kw})
+
+
 def settings_for(case: dict[str, Any], mode: str = "strict", device: str = "cpu") -> EvalSettings:
     """Base settings plus the case's `settings` table of dotted overrides."""
     s = base_settings(mode, device)
@@ -89,34 +106,31 @@ def settings_for(case: dict[str, Any], mode: str = "strict", device: str = "cpu"
     return s
 
 
-def children_of(pid: int) -> list[int]:
-    """Direct children of `pid` (all threads), from /proc."""
-    out: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(c) for c in f.read().split())
-    except OSError:
-        pass
-    return out
+children_of = children  # direct children of a pid (all threads), from /proc
 
 
-def descendants(pid: int) -> list[int]:
+def descendants(pid: int, keep: frozenset[int] = frozenset()) -> list[int]:
+    """Descendants of `pid`, leaving out the subtrees rooted at `keep`."""
     out, stack = [], [pid]
     while stack:
         for c in children_of(stack.pop()):
+            if c in keep:
+                continue
             out.append(c)
             stack.append(c)
     return out
 
 
-def wait_no_descendants(pid: int, timeout: float = 10.0) -> list[int]:
-    """Descendants of `pid` still present after up to `timeout` s (workers are reaped async)."""
+def wait_no_descendants(
+    pid: int, timeout: float = 10.0, keep: frozenset[int] = frozenset()
+) -> list[int]:
+    """Descendants of `pid` still present after up to `timeout` s (workers are reaped async),
+    besides the subtrees at `keep` (the judge's own long-lived timing process)."""
     deadline = time.monotonic() + timeout
-    left = descendants(pid)
+    left = descendants(pid, keep)
     while left and time.monotonic() < deadline:
         time.sleep(0.05)
-        left = descendants(pid)
+        left = descendants(pid, keep)
     return left
 
 

@@ -11,11 +11,11 @@ from tritonforge.types import Trajectory, Turn
 VOCAB = 512
 
 
-def tiny_lm(moe: bool = False, seed: int = 0) -> torch.nn.Module:
+def tiny_lm(moe: bool = False, seed: int = 0, head_dim: int = 16) -> torch.nn.Module:
     from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     common = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, intermediate_size=128)  # fmt: skip
+                  num_key_value_heads=2, head_dim=head_dim, intermediate_size=128)  # fmt: skip
     torch.manual_seed(seed)
     if moe:
         cfg = Qwen3MoeConfig(

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tritonforge.evaluation.judge.budget import children
 from tritonforge.problems import load_suite
 
 pytestmark = pytest.mark.slow
@@ -90,17 +91,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(c) for c in f.read().split())
-    except OSError:
-        pass
-    return out
-
-
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -110,12 +100,12 @@ def _cmdline(pid: int) -> str:
 
 def worker_leaf(server_pid: int) -> int | None:
     """The deepest descendant of the server's fork server (the sandboxed worker), if any."""
-    forkservers = [c for c in _children(server_pid) if "evaluation.sandbox.zygote" in _cmdline(c)]
+    forkservers = [c for c in children(server_pid) if "evaluation.sandbox.zygote" in _cmdline(c)]
     best: tuple[int, int] | None = None
-    stack = [(c, 1) for f in forkservers for c in _children(f)]
+    stack = [(c, 1) for f in forkservers for c in children(f)]
     while stack:
         pid, depth = stack.pop()
-        kids = _children(pid)
+        kids = children(pid)
         if not kids and (best is None or depth > best[1]):
             best = (pid, depth)
         stack.extend((k, depth + 1) for k in kids)

@@ -28,13 +28,16 @@ def test_tiny_benchmark_runs_every_phase(tmp_path: Path) -> None:
     assert backends["loop"]["ok"] and backends["sdpa"]["ok"]
     assert report["attention"]["chosen"] == {"uniform": "sdpa", "ragged": "loop"}
     tiny = report["shapes"]["tiny"]
-    expected = {"naive_micro1", "trainer_before", "packed_eager", "fast", "fast_pure_bf16",
-                "fast_ragged_attention"}  # fmt: skip
+    expected = {"naive_micro1", "fast", "fast_half_micro", "fast_compiled_head", "fast_round1",
+                "packed_eager", "fast_pure_bf16", "trainer_before"}  # fmt: skip
     assert set(tiny["results"]) == expected
     for name, res in tiny["results"].items():
         assert res["status"] == "ok", (name, res)
         assert len(res["step_s_all"]) == 2 and res["tokens_per_s"] > 0
     assert tiny["agreement"]["pass"] is True and tiny["agreement"]["grads_missing"] == []
+    assert tiny["agreement"]["variant"] == "fast"
+    best = tiny["verdict"]["best_config"]  # what a user puts in the trainer config
+    assert best["model"]["dtype"] == "bf16" and "micro_batch_tokens" in best["batch"]
     assert tiny["results"]["fast"]["profile"]["status"] == "ok"
     assert (tmp_path / "profile_tiny.txt").read_text().strip()
     assert tiny["verdict"]["best"] in expected
@@ -65,3 +68,16 @@ def test_failed_fast_path_is_retried_with_default_attention(monkeypatch) -> None
     assert res["agreement"]["pass"] and report["attention"]["chosen"]["uniform"] == "auto"
     assert res["verdict"]["best"] == "fast_default_attention"
     assert res["verdict"]["speed_target_met"] and res["verdict"]["mfu_target_met"]
+
+
+def test_other_shapes_keep_the_head_that_worked_on_the_first() -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import train_step as ts
+
+    args = ts.parse([])
+    attn = {"uniform": "sdpa", "ragged": "loop"}
+    triton = ts.other_shape_ladder(args, "1.7b", attn, True)
+    compiled = ts.other_shape_ladder(args, "1.7b", attn, True, "compiled")
+    assert triton[0]["head"] == "triton" and triton[0]["where"] == "optimizer"
+    assert compiled[0]["head"] == "compiled" and compiled[0]["chunk"] == args.chunk
+    assert ts.other_shape_ladder(args, "4b", attn, True)[0]["ckpt"] == 18

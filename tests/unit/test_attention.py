@@ -7,7 +7,10 @@ import json
 
 import pytest
 import torch
+import torch._dynamo
 import torch.nn.functional as F
+from torch._dynamo.utils import counters
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.train import tiny_lm
 from tritonforge.training import attention
@@ -153,3 +156,50 @@ def test_mask_function_builds_nothing_for_packed_forwards():
     with attention.packed_masks():
         assert fn(mask_function=causal_mask_function, **kwargs) is None
     assert fn(mask_function=causal_mask_function, **kwargs) is not None
+
+
+class _SdpaCalls(TorchDispatchMode):
+    """Records the strides of every SDPA backward call's output gradient and output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backward: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if "scaled_dot_product" in str(func) and "backward" in str(func):
+            grad_out, out = args[0], args[4]  # (grad_out, q, k, v, out, ...)
+            self.backward.append((grad_out.stride(), out.stride()))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("backend,lengths", [("loop", [5, 11, 16]), ("sdpa", [8, 8, 8])])
+def test_sdpa_backends_hand_the_kernel_a_gradient_laid_out_like_its_output(backend, lengths):
+    """The output gradient reaches the SDPA backward in the layout of the kernel's output, even
+    when it arrives non-contiguous (cuDNN's cached backward graphs fix that layout)."""
+    row = packed(lengths)
+    q, k, v = qkv(sum(lengths), dtype=torch.float32)
+    out = attention.PACKED_ATTENTION[backend](q, k, v, attention.packing_kwargs(row, backend), 0.3)
+    assert out.is_contiguous()
+    g = torch.randn(out.shape[::-1]).permute(3, 2, 1, 0)  # non-contiguous, same values layout-free
+    with _SdpaCalls() as calls:
+        out.backward(g)
+    assert calls.backward and all(go == o for go, o in calls.backward), calls.backward
+
+
+def test_sdpa_backends_run_outside_compiled_graphs():
+    row = packed([8, 8, 8])
+    q, k, v = qkv(24, dtype=torch.float32)
+    kw = attention.packing_kwargs(row, "sdpa")
+    fn = torch.compile(lambda q, k, v: attention.PACKED_ATTENTION["sdpa"](q * 2, k, v, kw, 0.3))
+    torch._dynamo.reset()
+    counters.clear()
+    torch.testing.assert_close(
+        fn(q, k, v), attention.PACKED_ATTENTION["sdpa"](q * 2, k, v, kw, 0.3)
+    )
+    assert any("compiler.disable" in reason for reason in counters["graph_break"])
+
+
+def test_loop_offsets_stay_on_the_host():
+    row = packed([5, 11, 16])
+    kw = attention.packing_kwargs(row, "loop")
+    assert kw["tf_bounds"].device.type == "cpu" and kw["tf_bounds"].tolist() == [0, 5, 16, 32]

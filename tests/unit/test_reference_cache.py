@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 
 import torch
 
-from tritonforge.evaluation.judge.reference import ReferenceStore
+from tritonforge.evaluation.judge.reference import Case, ReferenceStore
 from tritonforge.evaluation.sandbox.protocol import unpack
 from tritonforge.types import Problem
 
@@ -73,7 +74,8 @@ def test_device_resident_outputs_have_their_own_bound() -> None:
     store._device_limits["meta"] = 2 * one
     ref = store.reference(Problem(id="t/relu", suite="t", name="relu", reference_src=SRC), "meta")
     first = store.case(ref, seed=1, dist="native")
-    assert first.device_bytes == one and first.nbytes > first.device_bytes
+    # the host memfd is made on first use only (not here: nothing asked for it)
+    assert first.device_bytes == one and first.nbytes == first.device_bytes
     assert first.packed is not None and first.packed.numel() == first.desc["size"]
     store.case(ref, seed=2, dist="native")
     assert store.case(ref, seed=1, dist="native") is first  # two cases fit
@@ -97,3 +99,66 @@ def test_reference_working_in_place_does_not_change_the_candidates_inputs() -> N
     (sent,) = unpack(case.desc, case.fd)
     assert torch.equal(sent, fresh)
     assert torch.allclose(case.expected, 2 * fresh + 1)
+
+
+def test_device_cases_make_their_memfd_on_first_use_only() -> None:
+    # On a GPU the packed device copy is what workers get; the host memfd (a device-to-host copy
+    # of every input: seconds for KernelBench's 6-GiB inputs) is made only when asked for.
+    # A CPU tensor stands in for the packed device buffer.
+    packed = torch.arange(256, dtype=torch.uint8)
+    desc = {"tree": {"t": "list", "v": []}, "tensors": [], "size": 256}
+    grown: list[int] = []
+    case = Case([], None, desc, -1, 256, 256, packed)
+    case.on_memfd = grown.append
+    assert case._fd == -1 and grown == []
+    fd = case.fd
+    assert fd >= 0 and case.fd == fd and grown == [256]  # made once, counted once
+    assert os.pread(fd, 256, 0) == bytes(range(256))
+    case.close()
+    assert case.fd == -1 and grown == [256]  # never made again after close
+
+
+def test_room_callback_that_reads_the_store_does_not_deadlock() -> None:
+    # Regression: the device bound was computed while the store's lock was held, and memory
+    # admission's room callback reads the store (model bytes): the first case on a GPU hung.
+    store = ReferenceStore()
+    store._device_limits["meta"] = 1 << 40
+    store.device_room = lambda device: (
+        (1 << 30) - store.model_bytes(device) - store.case_bytes(device)
+    )
+    ref = store.reference(Problem(id="t/relu", suite="t", name="relu", reference_src=SRC), "meta")
+    done: list[bool] = []
+    t = threading.Thread(target=lambda: done.append(store.case(ref, 1, "native") is not None))
+    t.start()
+    t.join(30)
+    assert done == [True], "building a case with a room callback deadlocked"
+
+
+WEIGHTED = SRC.replace(
+    "class Model(nn.Module):\n    def forward(self, x):",
+    "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.w = nn.Parameter(torch.ones(1024))\n\n    def forward(self, x):",
+)
+
+
+def test_free_device_drops_cases_then_models_least_recent_first() -> None:
+    # Reference models no longer stay on the device forever (KernelBench L1+L2 hold 21 GiB of
+    # weights): memory admission frees them like cached cases; a model built again keeps the
+    # footprint measured before. The meta device stands in for a GPU.
+    assert "nn.Parameter" in WEIGHTED
+    store = ReferenceStore()
+    store._device_limits["meta"] = 1 << 40
+    a = store.reference(Problem(id="t/a", suite="t", name="a", reference_src=WEIGHTED), "meta")
+    b = store.reference(Problem(id="t/b", suite="t", name="b", reference_src=WEIGHTED), "meta")
+    store.case(a, 1, "native")
+    assert a.footprint is not None and a.footprint.weights == 4096
+    assert store.model_bytes("meta") == 8192 and store.case_bytes("meta") > 0
+    store.reference(a.problem, "meta")  # a is now the most recently used
+    store.free_device("meta", store.case_bytes("meta") + 1)  # the case, then b's model
+    assert store.case_bytes("meta") == 0 and store.model_bytes("meta") == 4096
+    again = store.reference(b.problem, "meta")
+    assert again is not b and again.footprint is None  # b never had a case built
+    store.free_device("meta", 1 << 30)
+    assert store.model_bytes("meta") == 0
+    rebuilt = store.reference(a.problem, "meta")
+    assert rebuilt is not a and rebuilt.footprint == a.footprint

@@ -6,7 +6,8 @@ audit state, a forged `tritonforge.*` audit event is refused and named, a stub w
 was rebound fails instead of running unaudited and the tamper check names it, the hook arms
 once; in this process: `output_tree` accepts exactly tensors and tuples/lists of them, and
 `guard()` runs our tensor code past the candidate's TorchFunctionMode, dispatch mode and Tensor
-subclass overrides. Does not cover: the hook's rules (test_attacks.py, test_audit_fs.py).
+subclass overrides; which class patches are tampering (a new plain name is not). Does not
+cover: the hook's rules (test_attacks.py, test_audit_fs.py).
 """
 
 from __future__ import annotations
@@ -76,6 +77,53 @@ def test_worker_after_sealing(tmp_path) -> None:
     joined = " | ".join(out["violations"])
     assert "judge_tamper: forged audit event tritonforge.trip" in joined
     assert "stubs were rebound" in joined
+
+
+CLASS_PATCHES = textwrap.dedent(
+    """
+    import json, os, sys
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    from tritonforge.evaluation.sandbox import audit
+    from tritonforge.evaluation.sandbox.audit_state import STATE
+    audit.preload(cpu=True)
+    out = {}
+
+    def seen(cls, name):
+        STATE.violations.clear()
+        before = cls.__dict__.get(name)
+        setattr(cls, name, lambda *a: None)
+        audit.tamper_check()
+        if before is None:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, before)
+        return [v for v in STATE.violations if "was patched" in v]
+
+    # what transformers does when it first initialises a model's weights: a new plain name
+    out["new_name"] = seen(torch.nn.Module, "smart_apply")
+    out["shadow"] = seen(torch.Tensor, "add_")  # a new entry over the C TensorBase.add_
+    out["dunder"] = seen(torch.Tensor, "__fspath__")
+    out["replaced"] = seen(torch.nn.Module, "to")
+    print(json.dumps(out))
+    """
+)
+
+
+def test_class_patches_that_matter(tmp_path) -> None:
+    """Any change to torch.Tensor/UntypedStorage/nn.Module that could change what the evaluator
+    calls is judge_tamper; a new plain name no base class has (transformers' smart_apply on
+    nn.Module, added while a level-4 candidate builds its model) is not."""
+    (tmp_path / "probe.py").write_text(CLASS_PATCHES)
+    res = subprocess.run(
+        [sys.executable, "probe.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["new_name"] == []
+    assert out["shadow"] == ["judge_tamper: Tensor was patched (add_)"]
+    assert out["dunder"] == ["judge_tamper: Tensor was patched (__fspath__)"]
+    assert out["replaced"] == ["judge_tamper: Module was patched (to)"]
 
 
 class Sub(torch.Tensor):

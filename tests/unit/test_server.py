@@ -119,7 +119,10 @@ def test_compat_eval_shape(api):
     assert ok["metadata"]["correctness_trials"] == "(5 / 5)"
     wrong = api.post("/eval", json={**base, "custom_model_src": WRONG}).json()
     assert wrong["compiled"] is True and wrong["correctness"] is False
-    assert wrong["metadata"]["max_difference"] == ["1.000000"]
+    # x + 1 - x in fp32 is 1 up to one ulp of x: inputs drawn from the judge's random secret
+    # (the scaled distribution reaches |x| ~ 16) printed 1.000001 at times
+    (diff,) = wrong["metadata"]["max_difference"]
+    assert abs(float(diff) - 1.0) < 1e-5
     bad = api.post("/eval", json={**base, "custom_model_src": "class ModelNew(:\n"}).json()
     assert bad["compiled"] is False and "SyntaxError" in bad["metadata"]["compilation_error"]
     missing = api.post("/eval", json={"custom_model_src": "x"})

@@ -133,13 +133,24 @@ def test_tis_needs_rollout_logprobs_and_runs_with_them():
         trainer.train_step(bare)
 
 
-def test_bf16_compute_keeps_fp32_masters_and_exports_bf16(tmp_path):
+@pytest.mark.parametrize("where", ["params", "auto"])
+def test_bf16_compute_keeps_fp32_masters_and_exports_bf16(tmp_path, where):
+    """fp32 masters as the parameters (autocast), or (auto, one process) bf16 parameters with
+    fp32 masters and moments in the optimizer; either way the export is bf16."""
     from safetensors import safe_open
 
-    trainer = RLTrainer(config(model={"dtype": "bf16"}), model=tiny_lm(), run_dir=tmp_path)
+    cfg = config(model={"dtype": "bf16", "master_weights": where})
+    trainer = RLTrainer(cfg, model=tiny_lm(), run_dir=tmp_path)
     m = trainer.train_step(trajectories(4))
     assert math.isfinite(m.loss)
-    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+    params = list(trainer.model.parameters())
+    if where == "params":
+        assert all(p.dtype == torch.float32 for p in params)
+    else:
+        assert all(p.dtype == torch.bfloat16 for p in params)
+        state = trainer.core.optimizer.state
+        assert all(state[p]["master"].dtype == torch.float32 for p in params)
+        assert all(torch.equal(state[p]["master"].bfloat16(), p) for p in params)
     path = trainer.save_weights()
     assert json.loads((path / "config.json").read_text())["dtype"] == "bfloat16"
     with safe_open(path / "model.safetensors", "pt") as f:

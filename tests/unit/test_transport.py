@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 
 import pytest
 import torch
@@ -200,13 +201,19 @@ def test_offer_without_a_cuda_driver_falls_back_to_memfds(caplog: pytest.LogCapt
 
 
 def test_judge_device_lock_is_one_reentrant_lock_per_device() -> None:
-    from tritonforge.evaluation.judge.gpu_lock import judge_device
+    from tritonforge.evaluation.judge.gpu_lock import device_lock, judge_device
 
-    a, b = judge_device("cuda:0"), judge_device("cuda:1")
-    assert a is judge_device("cuda:0") and a is not b
-    with a, a:  # re-entrant: transport calls inside a held section must not deadlock
+    a, b = device_lock("cuda:0"), device_lock("cuda:1")
+    assert a is device_lock("cuda:0") and a is not b
+    with judge_device("cuda:0"), judge_device("cuda:0"):  # re-entrant: nested sections
         assert b.acquire(blocking=False)
         b.release()
+        # the lock is held by this thread: another thread cannot take it meanwhile
+        got: list[bool] = []
+        t = threading.Thread(target=lambda: got.append(a.acquire(blocking=False)))
+        t.start()
+        t.join()
+        assert got == [False]
 
 
 def test_overlapping_regions_cannot_multiply_the_judges_copies() -> None:

@@ -1,9 +1,9 @@
 """Shared command-line options for commands that evaluate candidates.
 
-Covers: adding the evaluation flags to a parser (with `--eval-config`, `--set`,
-`--print-config`, `--list-keys`) and turning them into an `EvalSettings` (config file, then
-`--set` overrides, then explicit flags). Does not cover: checking them (plan.runs.resolve_eval)
-or evaluating.
+Covers: adding the evaluation flags to a parser (with `--preset`, `--eval-config`, `--set`,
+`--print-config`, `--list-keys`) and turning them into an `EvalSettings` (preset, then config
+file, then `--set` overrides, then explicit flags). Does not cover: checking them
+(plan.runs.resolve_eval) or evaluating.
 """
 
 from __future__ import annotations
@@ -13,13 +13,19 @@ import argparse
 from pydantic import ValidationError
 
 from tritonforge.commands._config_args import add_config_args
-from tritonforge.config import ConfigError, describe_errors, load_config
-from tritonforge.config.eval import EvalSettings
+from tritonforge.config import ConfigError, describe_errors
+from tritonforge.config.eval import PRESETS, EvalSettings, load_eval_settings
 
 
 def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device", choices=["auto", "cpu", "cuda"], help="where kernels run (default auto)"
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="rules to judge by: strict (default, ours), kernelbench (KernelBench's), tritonforge "
+        "(the original release's); other flags and --set apply on top (docs/presets.md)",
     )
     p.add_argument(
         "--mode",
@@ -33,7 +39,9 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
         help="budget in seconds for each phase (import, compile, correctness, timing)",
     )
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials (default 5)")
-    p.add_argument("--reward", help="reward function: tritonforge | kevin | log_speedup")
+    p.add_argument(
+        "--reward", help="reward function: tritonforge | tritonforge_compile | kevin | log_speedup"
+    )
     p.add_argument(
         "--backend",
         choices=["triton", "cuda"],
@@ -47,7 +55,7 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> EvalSettings:
-    s = load_config(EvalSettings, args.eval_config, args.set)
+    s = load_eval_settings(args.eval_config, args.set, getattr(args, "preset", None))
     flags = [
         ("device", "device"),
         ("mode", "mode"),

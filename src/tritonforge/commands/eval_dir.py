@@ -147,7 +147,15 @@ def run(args: argparse.Namespace) -> int:
         json.dumps(
             {
                 k: summary[k]
-                for k in ("problems", "correct", "correctness_rate", "fast_1", "geomean_speedup")
+                for k in (
+                    "problems",
+                    "correct",
+                    "correctness_rate",
+                    "fast_1",
+                    "geomean_speedup",
+                    "geomean_speedup_vs_compile",
+                    "judge_faults",
+                )
             }
         )
     )

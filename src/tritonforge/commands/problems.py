@@ -1,8 +1,10 @@
-"""`tritonforge problems list|show|scale`: browse the problem suites and scale KernelBench.
+"""`tritonforge problems list|show|scale|check`: browse the suites, scale KernelBench, and say
+which problems cannot be judged here.
 
 Covers: argument parsing and printing for listing problems (table or JSON), showing one
-problem's reference source (and built-in solution), and writing scaled KernelBench sources in
-KernelBench layout with a JSON report. Does not cover: loading or scaling themselves
+problem's reference source (and built-in solution), writing scaled KernelBench sources in
+KernelBench layout with a JSON report, and checking each problem (one reason per problem that
+cannot run here: judge/problem_check.why_not). Does not cover: loading or scaling themselves
 (tritonforge.problems, problems.kernelbench, problems.sizing).
 """
 
@@ -69,6 +71,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p_scale.add_argument("--no-cache", action="store_true", help="do not reuse cached results")
     p_scale.add_argument("--json", action="store_true", help="print the report as JSON")
     p_scale.set_defaults(func=run_scale)
+
+    p_check = sub.add_parser(
+        "check", help="say which problems cannot be judged on this machine, and why"
+    )
+    _add_common(p_check)
+    p_check.add_argument("--level", type=int, help="only this level")
+    p_check.add_argument("--name", help="name or id glob")
+    p_check.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p_check.add_argument("--json", action="store_true", help="one JSON object per problem")
+    p_check.set_defaults(func=run_check)
 
     parser.set_defaults(func=lambda args: _usage(parser))
 
@@ -233,4 +245,26 @@ def run_scale(args: argparse.Namespace) -> int:
         print(f"  cannot scale {r.problem_id}: {r.reason}")
     if args.out:
         print(f"wrote {args.out}/levelN/*.py and {args.out / 'scale_report.json'}")
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from tritonforge.evaluation.judge.problem_check import why_not
+
+    suites = (args.suite,) if args.suite else ALL_SUITES
+    problems = _load_many(
+        args, suites, args.level, lambda ps: select(ps, level=args.level, name=args.name)
+    )
+    if problems is None:
+        return 2
+    bad = 0
+    for p in problems:
+        reason = why_not(p, args.device)
+        bad += reason is not None
+        if args.json:
+            print(json.dumps({"id": p.id, "runnable": reason is None, "reason": reason}))
+        else:
+            print(f"{p.id}: {'ok' if reason is None else reason}")
+    if not args.json:
+        print(f"{len(problems) - bad}/{len(problems)} problem(s) can be judged on {args.device}")
     return 0

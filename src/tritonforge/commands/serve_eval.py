@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from tritonforge.commands._config_args import add_config_args, load_from_args
 from tritonforge.config import ConfigError
+from tritonforge.config.eval import PRESETS, EvalSettings
 from tritonforge.config.server import TOKEN_ENV, ServerConfig
 
 
@@ -32,12 +33,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, metavar="N", help="concurrent evaluations per device")
     p.add_argument("--queue-size", type=int, metavar="N", help="waiting requests before 429")
     p.add_argument("--token", help=f"bearer token (or env {TOKEN_ENV}); required off loopback")
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="default rules for requests: strict (ours), kernelbench, tritonforge; a request may "
+        "name its own (docs/presets.md)",
+    )
     add_config_args(p, ServerConfig, example="eval.correctness_trials=3")
     p.set_defaults(func=run, config_fn=config_from_args)
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg = load_from_args(args, ServerConfig)
+    name = getattr(args, "preset", None) or cfg.eval.preset
+    if name != "strict" or cfg.eval.preset != name:  # preset first, then file and --set
+        base = ServerConfig(eval=EvalSettings.from_preset(name))
+        cfg = load_from_args(args, ServerConfig, base, extra=[f'eval.preset="{name}"'])
     flags = [(f, f) for f in ("host", "port", "device", "workers", "token")]
     for flag, field in [*flags, ("queue_size", "queue_size")]:
         value = getattr(args, flag, None)

@@ -1,28 +1,43 @@
 """Evaluation settings: how a candidate is judged (device, mode, trials, tolerances, budgets).
 
 Covers: the `EvalSettings` section shared by `eval-kernel`, `eval-dir`, `serve-eval` requests
-and the rollout config. Does not cover: server settings (see config.server).
+and the rollout config, and the preset registry (`PRESETS`: `strict`, our default;
+`kernelbench`, KernelBench's own rules; `tritonforge`, the rules of the original slime-based
+TritonForge release), so numbers from the field can be reproduced (docs/presets.md has the
+table of differences). Does not cover: server settings (see config.server).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from tritonforge.config import Section
+from tritonforge.config import Section, load_config
 
 DEFAULT_TOLERANCES = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
 
 
 class Budgets(Section):
-    """Wall-clock seconds per phase; exceeding one gives a `timeout` verdict naming the phase."""
+    """Seconds per phase of the worker's own time (wall time minus its wait for a CPU: a busy
+    machine does not spend them; judge/budget.py); exceeding one gives a `timeout` verdict
+    naming the phase."""
 
     import_s: float = Field(60.0, gt=0, description="import the candidate and build ModelNew")
     compile_s: float = Field(180.0, gt=0, description="first forward call (JIT compile + launch)")
     correctness_s: float = Field(300.0, gt=0, description="all remaining correctness trials")
     timing_s: float = Field(300.0, gt=0, description="warmup + timed trials")
+    load_stretch: float = Field(
+        10.0,
+        ge=1.0,
+        description="budgets count the worker's own time (not its wait for a CPU on a busy "
+        "machine) up to this multiple of the budget in wall time; past it the evaluation is the "
+        "evaluator's fault: retried once, then judge_fault. 1 = plain wall-clock budgets. Only "
+        "time the worker spent waiting for a CPU stretches a budget: a sleeping or hung "
+        "candidate still times out at the budget itself",
+    )
 
 
 class Limits(Section):
@@ -41,8 +56,13 @@ class Limits(Section):
 
 
 class EvalSettings(Section):
-    """How to judge one candidate. Defaults are the strict RL settings."""
+    """How to judge one candidate. Defaults are the strict RL settings (preset `strict`)."""
 
+    preset: str = Field(
+        "strict",
+        description="the registered preset these settings started from (PRESETS; recorded with "
+        "every verdict); use EvalSettings.from_preset(name) to apply one",
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     device_index: int = Field(0, ge=0, description="which GPU when device is cuda")
     mode: Literal["strict", "hybrid"] = "strict"
@@ -55,8 +75,18 @@ class EvalSettings(Section):
         description="input distributions cycled over trials; native = the problem's own get_inputs",
     )
     tolerances: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    atol_scale: Literal["output_rms", "none"] = Field(
+        "output_rms",
+        description="output_rms: atol is multiplied by max(1, rms(expected)); none: plain "
+        "torch.allclose semantics |got - expected| <= atol + rtol * |expected|",
+    )
     nan_policy: Literal["match", "forbid"] = Field(
         "match", description="match: NaN/Inf must sit where the reference has them"
+    )
+    require_custom_kernel: bool = Field(
+        False,
+        description="hybrid mode: a candidate without a custom kernel definition is a reward "
+        "hack (no_custom_kernel), as in the original TritonForge release; strict always requires one",
     )
     measure_performance: bool = Field(
         True, description="time on GPU (never on the CPU interpreter)"
@@ -66,7 +96,44 @@ class EvalSettings(Section):
     perf_rounds: int = Field(
         5, ge=1, description="candidate/reference timings interleaved in rounds"
     )
-    compile_baseline: bool = Field(False, description="also time torch.compile(reference)")
+    compile_baseline: bool = Field(
+        False,
+        description="also time torch.compile(reference) (compiled once per problem in the "
+        "device's timing process; speedup_vs_compile is null without it)",
+    )
+    timing_clock: Literal["cuda_events", "host"] = Field(
+        "cuda_events",
+        description="cuda_events: device time between CUDA events, floored by host time less "
+        "the fixed sync latency (side-stream work still counts); host: host time around a "
+        "device-wide synchronize",
+    )
+    bootstrap_samples: int = Field(
+        2000, ge=100, le=100000, description="resamples for the speedup's 95% interval"
+    )
+    time_on_cpu: bool = Field(
+        False,
+        description="also run the timing path on the CPU interpreter (its numbers say nothing "
+        "about GPU speed: for testing the timing schedule only)",
+    )
+    device_memory_fraction: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="per-GPU memory budget for concurrent evaluations (judge caches, timing "
+        "process and workers together), as a fraction of the device's memory",
+    )
+    device_memory_gib: float | None = Field(
+        None,
+        gt=0,
+        description="the per-device budget in GiB (overrides device_memory_fraction; the CPU "
+        "has no budget unless this is set)",
+    )
+    worker_context_mb: int = Field(
+        1024,
+        ge=0,
+        description="device memory a worker costs before its tensors (CUDA context, library "
+        "workspaces, caching-allocator slack), counted in each evaluation's admission",
+    )
     min_custom_share: float = Field(
         0.0, ge=0, le=1, description="hybrid: required custom-kernel share"
     )
@@ -103,6 +170,26 @@ class EvalSettings(Section):
     budgets: Budgets = Field(default_factory=Budgets)
     limits: Limits = Field(default_factory=Limits)
 
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, name: str) -> str:
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
+        return name
+
+    @classmethod
+    def from_preset(cls, name: str, **fields: Any) -> EvalSettings:
+        """Defaults, then the preset's values, then `fields`."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
+        return cls.model_validate({**PRESETS[name].values, "preset": name, **fields})
+
+    def preset_overrides(self) -> list[str]:
+        """The judging rules (PRESET_FIELDS) in which these settings differ from their preset."""
+        ref = EvalSettings.from_preset(self.preset).model_dump(mode="json")
+        mine = self.model_dump(mode="json")
+        return [k for k in PRESET_FIELDS if mine.get(k) != ref.get(k)]
+
     def reference_cache_bytes(self) -> int:
         if self.reference_cache_mb is not None:
             return self.reference_cache_mb << 20
@@ -118,5 +205,117 @@ class EvalSettings(Section):
     def cache_key(self) -> dict:
         """Settings that change a verdict (the secret seed is left out on purpose)."""
         return self.model_dump(
-            mode="json", exclude={"secret_seed", "device_index", "reference_cache_mb"}
+            mode="json",
+            exclude={
+                "secret_seed",
+                "device_index",
+                "reference_cache_mb",
+                "device_memory_fraction",
+                "device_memory_gib",
+                "worker_context_mb",
+            },
         )
+
+
+# --------------------------------------------------------------------------------------------
+# Presets
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named set of judging rules: EvalSettings values over the defaults."""
+
+    description: str
+    source: str  # where the rules were read (for docs/presets.md)
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+# The settings that make up a preset's rules (what `preset_overrides` compares).
+PRESET_FIELDS = (
+    "mode",
+    "correctness_trials",
+    "distributions",
+    "tolerances",
+    "atol_scale",
+    "nan_policy",
+    "require_custom_kernel",
+    "min_custom_share",
+    "perf_trials",
+    "compile_baseline",
+    "max_plausible_speedup",
+    "implausible_speedup",
+    "reward",
+    "hack_penalty",
+)
+_LOOSE = {"float64": 1e-2, "float32": 1e-2, "float16": 1e-2, "bfloat16": 1e-2}
+
+PRESETS: dict[str, Preset] = {
+    "strict": Preset(
+        "TritonForge's own rules: every computation in custom kernels, hidden seeds over "
+        "several input distributions, per-dtype tolerances scaled to the output",
+        "this repository (EvalSettings defaults)",
+    ),
+    "kernelbench": Preset(
+        "KernelBench's rules: PyTorch glue allowed (hybrid), atol = rtol = 1e-2 as "
+        "torch.allclose, 5 correctness trials on get_inputs, 100 timed trials, speedup "
+        "against eager PyTorch, speedups above 10x flagged, not rejected",
+        "ScalingIntelligence/KernelBench: scripts/eval_from_generations.py (num_correct_trials "
+        "5, num_perf_trials 100), src/eval.py (atol=rtol=1e-02 for v0/v0.1 fp32, "
+        "excessive_speedup_threshold 10)",
+        {
+            "mode": "hybrid",
+            "correctness_trials": 5,
+            "distributions": ["native"],
+            "tolerances": dict(_LOOSE),
+            "atol_scale": "none",
+            "perf_trials": 100,
+            "compile_baseline": False,
+            "max_plausible_speedup": 10.0,
+            "implausible_speedup": "flag",
+            "reward": "tritonforge",
+        },
+    ),
+    "tritonforge": Preset(
+        "the original slime-based TritonForge release: a @triton.jit kernel required, PyTorch "
+        "allowed around it (hybrid), atol = rtol = 1e-2 as torch.allclose, 5 correctness and "
+        "100 timed trials, reward 0.1 compiled / 0.3 correct + min(max(speedup - 1, 0), 2) "
+        "with the speedup against torch.compile (Inductor default)",
+        "RLsys-Foundation/TritonForge: SLIME/slime_plugins/rollout_buffer/generator/"
+        "kernel_generator.py (validate_submission, payload num_correct_trials 5 / "
+        "num_perf_trials 100, reward), kernelbench_config.py (0.1 / 0.3 / 2.3), "
+        "KBenchEval/src/eval.py (atol=rtol=1e-02)",
+        {
+            "mode": "hybrid",
+            "correctness_trials": 5,
+            "distributions": ["native"],
+            "tolerances": dict(_LOOSE),
+            "atol_scale": "none",
+            "require_custom_kernel": True,
+            "perf_trials": 100,
+            "compile_baseline": True,
+            "implausible_speedup": "flag",
+            "reward": "tritonforge_original",
+        },
+    ),
+}
+
+
+def load_eval_settings(
+    path: str | None = None, overrides: list[str] | None = None, preset: str | None = None
+) -> EvalSettings:
+    """EvalSettings from a preset (`preset`, else the one the file or overrides name), then the
+    TOML file, then the dotted overrides: later sources win."""
+    first = load_config(EvalSettings, path, overrides)
+    name = preset or first.preset
+    if name == first.preset and name == "strict":
+        return first
+    sets = [*(overrides or []), f'preset="{name}"']
+    return load_config(EvalSettings, path, sets, base=EvalSettings.from_preset(name))
+
+
+def preset_for_server(name: str, server_eval: EvalSettings) -> EvalSettings:
+    """A request's preset on a server: the preset's rules with the server's own placement,
+    isolation, seeds, budgets and limits kept."""
+    keep = server_eval.model_dump(mode="json", exclude=set(PRESET_FIELDS) | {"preset"})
+    return EvalSettings.model_validate({**PRESETS[name].values, **keep, "preset": name})

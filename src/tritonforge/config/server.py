@@ -43,7 +43,7 @@ class ServerConfig(Section):
     )
     cache_entries: int = Field(4096, ge=0, description="verdict cache size (LRU); 0 = off")
     cache_skip: list[str] = Field(
-        default_factory=lambda: ["internal_error", "timeout", "crash"],
+        default_factory=lambda: ["internal_error", "judge_fault", "timeout", "crash"],
         description="statuses never cached (they may come from load or a killed worker)",
     )
     default_deadline_s: float = Field(

@@ -62,6 +62,14 @@ class ModelConfig(Section):
         description="With bf16: keep fp32 parameters and AdamW states and compute in bf16 "
         "(autocast, or FSDP2 mixed precision); False trains pure bf16 (tiny updates round away).",
     )
+    master_weights: Literal["auto", "params", "optimizer"] = Field(
+        "auto",
+        description="With bf16 and master_fp32, where the fp32 masters live: params (fp32 "
+        "parameters, bf16 autocast compute) or optimizer (bf16 parameters and gradients; the "
+        "optimizer keeps fp32 masters, fp32 gradient sums over micro-batches and fp32 Adam "
+        "moments: no per-op casts, the same update). auto: optimizer in one process, params "
+        "under FSDP (whose mixed precision keeps fp32 shards as the masters).",
+    )
     gradient_checkpointing: bool = Field(False, description="Recompute decoder layers in backward.")
     checkpoint_layers: int | None = Field(
         None,
@@ -138,6 +146,12 @@ class BatchConfig(Section):
     )
     chunk_tokens: int = Field(
         1024, ge=1, description="Tokens per lm-head chunk (memory ~ chunk x vocab fp32)."
+    )
+    lm_head: Literal["auto", "eager", "compiled", "triton"] = Field(
+        "auto",
+        description="The lm head's passes over each chunk's logits: eager torch, compiled "
+        "(inductor), or triton (one Triton pass each way around cuBLAS matmuls; CUDA only); "
+        "auto = compiled when the model compiles, else eager.",
     )
 
 

@@ -1,7 +1,10 @@
 """KernelBench problems: loaders for a directory, JSONL/parquet records and the Hugging Face dataset.
 
-Covers: `load_kernelbench_dir` (KernelBench layout `root/levelN/ID_Name.py`),
-`load_kernelbench_records` (JSONL or parquet with level, problem_id, name, source|code),
+Covers: `load_kernelbench_dir` (KernelBench layout `root/levelN/ID_Name.py`, also a checkout of
+the KernelBench repository or of the original TritonForge release, all four levels),
+`load_kernelbench_records` (JSONL or parquet with level, problem_id, name, source|code; or the
+original TritonForge release's JSONL: prompt, label, extra_info), level-4 sources made offline
+(problems/hf_offline.py),
 `load_kernelbench_hf` (the `datasets` library, optional, online or from its cache), source
 resolution, a coarse category guess, and `load_kernelbench`, registered as suite "kernelbench"
 (sizes "original"/"gpu" as published, "scaled"/"cpu" shrunk by `problems.sizing`).
@@ -20,6 +23,7 @@ from typing import Any
 
 from tritonforge.logging_setup import get_logger
 from tritonforge.problems import register_suite
+from tritonforge.problems.hf_offline import offline_source, uses_hub
 from tritonforge.problems.sizing import DEFAULT_ELEMENT_BUDGET, default_cache_dir, scale_problems
 from tritonforge.types import Problem
 
@@ -88,8 +92,18 @@ def _clean_name(name: str, problem_id: int) -> str:
 
 
 def make_problem(level: int, problem_id: int, name: str, source: str, origin: str = "") -> Problem:
-    """One KernelBench problem at its published size."""
+    """One KernelBench problem at its published size. A source that loads a Hugging Face model
+    from the Hub (level 4) is rewritten to build it from its config offline (hf_offline.py);
+    one that cannot be records why in `meta["cannot_run"]`."""
     name = _clean_name(name, problem_id)
+    meta: dict[str, Any] = {"origin": origin} if origin else {}
+    if uses_hub(source):
+        offline, why = offline_source(source)
+        if why:
+            meta["cannot_run"] = why
+        else:
+            source = offline
+            meta["offline"] = "Hugging Face model built from its config, without weights"
     return Problem(
         id=f"{SUITE}/L{level}/{problem_id}_{name}",
         suite=SUITE,
@@ -99,14 +113,29 @@ def make_problem(level: int, problem_id: int, name: str, source: str, origin: st
         category=guess_category(name, level),
         reference_src=source,
         size="original",
-        meta={"origin": origin} if origin else {},
+        meta=meta,
     )
+
+
+def _from_tritonforge(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record of the original TritonForge release's JSONL (`prompt`, `label` = the reference
+    source, `extra_info` = level, problem_id as a string, problem_name) in our field names."""
+    info = rec.get("extra_info")
+    if "label" not in rec or not isinstance(info, dict):
+        return rec
+    return {
+        "level": info.get("level"),
+        "problem_id": info.get("problem_id"),
+        "name": info.get("problem_name", rec.get("instance_id")),
+        "source": rec["label"],
+    }
 
 
 def _record_to_problem(rec: Any, where: str) -> Problem:
     """Validate one record (`where` = 'file:line' for the error message)."""
     if not isinstance(rec, dict):
         raise KernelBenchError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    rec = _from_tritonforge(rec)
     source = rec.get("source", rec.get("code"))
     missing = [k for k in ("level", "problem_id", "name") if rec.get(k) is None]
     if source is None:
@@ -138,17 +167,29 @@ def _sorted(problems: Iterable[Problem], levels: Iterable[int] | None) -> list[P
 # --------------------------------------------------------------------------------------------
 
 
+def _level_dirs(root: Path) -> list[Path]:
+    """The levelN folders of `root`, of `root/KernelBench` (a KernelBench checkout) or of
+    `root/KBenchEval/KernelBench` (the original TritonForge release)."""
+    for base in (root, root / "KernelBench", root / "KBenchEval" / "KernelBench"):
+        if base.is_dir():
+            found = sorted(d for d in base.iterdir() if d.is_dir() and _LEVEL_RE.match(d.name))
+            if found:
+                return found
+    return []
+
+
 def load_kernelbench_dir(root: str | Path, levels: Iterable[int] | None = None) -> list[Problem]:
-    """Problems from a KernelBench checkout layout: `root/levelN/ID_Name.py`."""
+    """Problems from a KernelBench layout: `root/levelN/ID_Name.py`, or a checkout of the
+    KernelBench repository (`root/KernelBench/level1/...`, all four levels) or of the original
+    TritonForge release (`root/KBenchEval/KernelBench/level1/...`)."""
     root = Path(root)
     levels = None if levels is None else set(levels)
-    level_dirs = (
-        sorted(d for d in root.iterdir() if d.is_dir() and _LEVEL_RE.match(d.name))
-        if root.is_dir()
-        else []
-    )
+    level_dirs = _level_dirs(root)
     if not level_dirs:
-        raise KernelBenchError(f"{root}: no levelN/ folders (expected root/level1/19_ReLU.py)")
+        raise KernelBenchError(
+            f"{root}: no levelN/ folders (expected root/level1/19_ReLU.py or "
+            "root/KernelBench/level1/19_ReLU.py)"
+        )
     problems = []
     for d in level_dirs:
         level = int(_LEVEL_RE.match(d.name).group(1))  # type: ignore[union-attr]
@@ -279,7 +320,7 @@ def load_kernelbench_original(
     where = resolve_source(source)
     if isinstance(where, str):  # "hf" or "hf:NAME"
         return load_kernelbench_hf(where[3:] or HF_DATASET, levels)
-    if where.is_dir() and any(_LEVEL_RE.match(d.name) for d in where.iterdir() if d.is_dir()):
+    if where.is_dir() and _level_dirs(where):
         return load_kernelbench_dir(where, levels)
     return load_kernelbench_records(where, levels)
 
@@ -336,3 +377,22 @@ def scale_kernelbench(
 
 
 register_suite(SUITE, load_kernelbench, sizes=tuple(SIZES))
+
+
+DECOY_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _unused_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+"""
+
+
+def self_candidate(reference_src: str, decoy: bool = False) -> str:
+    """The reference with its Model class renamed ModelNew (super() calls included); with
+    `decoy`, an unused @triton.jit kernel added (strict mode must still reject it)."""
+    out = re.sub(r"\bModel\b", "ModelNew", reference_src)
+    return out + DECOY_KERNEL if decoy else out

@@ -31,7 +31,7 @@ from tritonforge.problems.sizing import SCALER_VERSION, SizeSpec, rewrite_consta
 
 log = get_logger(__name__)
 
-STARTUP_TIMEOUT_S = 120.0  # a fresh child imports torch, then says it is ready
+STARTUP_TIMEOUT_S = 120.0  # a fresh child imports torch, warms up, then says it is ready
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,6 +265,26 @@ def handle(task: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
+_WARM_SRC = """import torch
+n = 8
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+def get_inputs():
+    return [torch.randn(n)]
+def get_init_inputs():
+    return []
+"""
+
+
+def warm_up() -> None:
+    """Run one tiny task before saying ready: the first measure/validate imports the flop
+    counter, fake tensors and meta kernels (about 2 s of CPU). Paid here, at start-up, it never
+    counts against the first task's timeout (a 3-s timeout failed on a loaded machine when the
+    task after a worker restart paid for it)."""
+    handle({"src": _WARM_SRC, "budget": 4, "flop_budget": 4, "factor": None})
+
+
 def main() -> int:
     """Serve tasks from stdin until EOF; problem code's own prints go to stderr."""
     import warnings
@@ -276,11 +296,13 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(int(os.environ.get("TRITONFORGE_SCALE_THREADS", "1")))
+    warm_up()
     reply_out.write(json.dumps({"ready": True}) + "\n")
     reply_out.flush()
     for line in sys.stdin:
         if not line.strip():
             continue
+        cpu0 = time.process_time()
         try:
             reply = handle(json.loads(line))
         except KeyboardInterrupt:
@@ -291,6 +313,7 @@ def main() -> int:
                 "reason": f"scaling crashed: {_short(exc)}",
                 "traceback": traceback.format_exc()[-2000:],
             }
+        reply["task_cpu_s"] = round(time.process_time() - cpu0, 4)
         reply_out.write(json.dumps(reply) + "\n")
         reply_out.flush()
     return 0

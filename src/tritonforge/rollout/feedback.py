@@ -102,6 +102,11 @@ STATUS_TEXT: dict[Status, tuple[str, str]] = {
         "The evaluator failed on its side; this was not caused by your code.",
         "Submit the program again (improved if you can).",
     ),
+    Status.JUDGE_FAULT: (
+        "The evaluator could not finish judging (its own resources or a machine too busy); "
+        "not caused by your code.",
+        "Submit the program again.",
+    ),
     Status.CORRECT: ("Correct: your output matches the reference.", ""),
 }
 
@@ -224,6 +229,8 @@ def _timing_lines(v: Verdict) -> list[str]:
     out = [line + "."]
     if v.speedup is not None:
         sp = f"Speedup over PyTorch: {v.speedup:.2f}x"
+        if v.speedup_ci is not None:
+            sp += f" (95% interval {v.speedup_ci[0]:.2f}-{v.speedup_ci[1]:.2f})"
         if v.speedup_vs_compile is not None:
             sp += f"; over torch.compile: {v.speedup_vs_compile:.2f}x"
         out.append(sp + ".")

@@ -4,8 +4,9 @@ Covers: `ActorEvalBackend.evaluate` (JSON in, JSON out through `actor.evaluate.r
 source, settings_json)`; the actor with the fewest requests in flight from this backend gets the
 next one, actors that just failed are skipped for `down_s`), requeueing a request whose actor
 died (Ray's RayActorError family) or timed out, up to `max_attempts` tries in all, asking another
-actor once more when a verdict is `internal_error` (the judge's fault, not the candidate's: e.g.
-an actor whose fork server was killed with it), and counters (`stats()`). Never raises for a
+actor once more when a verdict is `internal_error` or `judge_fault` (the judge's fault, not the
+candidate's: e.g. an actor whose fork server was killed with it, or whose device ran out of
+memory), and counters (`stats()`). Never raises for a
 bad candidate or a dead actor and never returns None: when every try failed the answer is an
 `internal_error` verdict saying why.
 Does not cover: restarting actors (Ray does, `max_restarts` on the actor; a restarted actor is
@@ -114,13 +115,13 @@ class ActorEvalBackend:
             if verdict is None:
                 continue  # the actor died or timed out: requeued
             if (
-                verdict.status is Status.INTERNAL_ERROR
+                verdict.status in (Status.INTERNAL_ERROR, Status.JUDGE_FAULT)
                 and rejudge > 0
                 and attempt < self.max_attempts
             ):
                 rejudge -= 1  # the judge's fault, not the candidate's: ask another actor
                 self.counters.rejudged += 1
-                last = f"internal_error: {verdict.message[:300]}"
+                last = f"{verdict.status.value}: {verdict.message[:300]}"
                 continue
             self.counters.verdicts += 1
             return verdict

@@ -16,6 +16,15 @@ original's mask function in AttentionMaskInterface) and switches the model to it
 carries packing kwargs (`packing_kwargs`) runs the chosen packed function (no dropout), any
 other call runs the model's original attention unchanged. `available(name, device)` says whether a function can
 run here; `resolve` picks one for a row.
+
+The SDPA-based functions (loop, sdpa, sdpa_cudnn, sdpa_flash) run eagerly, also inside compiled
+layers (graph breaks: `torch.compiler.disable`), on HF's own layouts ([B, H, L, D] views of
+[B, L, H, D] memory), their output gradient reaching the kernel in that layout
+(`_ContiguousGrad`): the very call the eager model makes. Why: on an H200 the dense path
+compiled by inductor (tiny model, head dim 16, a checkpointed layer) gave gradients 31% off
+with forward values right (the CPU agrees). Eager calls take inductor's lowering of SDPA out
+of the path, and a fixed gradient layout keeps cuDNN's cached backward graphs valid (torch
+keys them by q/k/v strides only; a graph also fixes the output gradient's strides).
 Does not cover: building packed rows (training.packing) or sliding-window layers (a model with
 them is not packed: `supports_packing`).
 """
@@ -23,6 +32,7 @@ them is not packed: `supports_packing`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import itertools
 import sys
@@ -55,12 +65,37 @@ UNIFORM = ("sdpa", "sdpa_cudnn", "sdpa_flash")  # need every sequence of a row e
 PREFIX = "tritonforge_"
 
 
-def register(name: str) -> Callable[[PackedFn], PackedFn]:
+def register(name: str, eager: bool = False) -> Callable[[PackedFn], PackedFn]:
+    """Register a packed attention; `eager`: run by `_run_eagerly` (module docstring)."""
+
     def deco(fn: PackedFn) -> PackedFn:
-        PACKED_ATTENTION[name] = fn
+        PACKED_ATTENTION[name] = _run_eagerly(fn) if eager else fn
         return fn
 
     return deco
+
+
+class _ContiguousGrad(torch.autograd.Function):
+    """Identity whose backward makes the incoming gradient contiguous."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> Tensor:  # type: ignore[override]
+        return g.contiguous()
+
+
+def _run_eagerly(fn: PackedFn) -> PackedFn:
+    """`fn` outside compiled graphs; its [1, N, H, D] output is contiguous, so its gradient,
+    made contiguous, reaches the kernel in the kernel's output layout."""
+
+    @functools.wraps(fn)
+    def run(q: Tensor, k: Tensor, v: Tensor, meta: dict[str, Any], scale: float) -> Tensor:
+        return _ContiguousGrad.apply(fn(q, k, v, meta, scale))
+
+    return torch.compiler.disable(run)
 
 
 def _repeat_kv(x_bhnd: Tensor, groups: int) -> Tensor:
@@ -170,24 +205,25 @@ def flex_packed_attention(
 # ---------------------------------------------------------------------------------------------
 
 
-@register("loop")
+@register("loop", eager=True)
 def loop_attention(q: Tensor, k: Tensor, v: Tensor, meta: dict[str, Any], scale: float) -> Tensor:
-    bounds = meta.get("tf_bounds")
-    if bounds is None:  # a host copy of the offsets (a sync; the trainer passes them)
-        bounds = meta["tf_cu_seqlens"].tolist()
+    bounds = meta.get("tf_bounds")  # the offsets on the host (packing_kwargs passes them)
+    bounds = (bounds if bounds is not None else meta["tf_cu_seqlens"]).tolist()
     gqa = _groups(q, k) > 1
+    q, k, v = (_as_batches(x, x.shape[2]) for x in (q, k, v))  # [1, H, N, D] of [1, N, H, D]
     outs = [
         F.scaled_dot_product_attention(
             q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], is_causal=True, scale=scale, enable_gqa=gqa
-        )
+        ).transpose(1, 2)
         for s, e in itertools.pairwise(bounds)
         if e > s
     ]
-    return torch.cat(outs, dim=2).transpose(1, 2)
+    return torch.cat(outs, dim=1)
 
 
 def _as_batches(x_1hnd: Tensor, length: int) -> Tensor:
-    """[1, H, N, D] -> [N / length, H, length, D] (a view when the memory is [1, N, H, D])."""
+    """[1, H, N, D] -> [N / length, H, length, D] views of contiguous [N / length, length, H, D]
+    memory (no copy when the memory is [1, N, H, D] already, as HF models make it)."""
     _, h, n, d = x_1hnd.shape
     return x_1hnd.transpose(1, 2).reshape(n // length, length, h, d).transpose(1, 2)
 
@@ -206,12 +242,12 @@ def _dense(q: Tensor, k: Tensor, v: Tensor, meta: dict[str, Any], scale: float, 
     return out.transpose(1, 2).reshape(1, q.shape[2], q.shape[1], q.shape[3])
 
 
-@register("sdpa")
+@register("sdpa", eager=True)
 def sdpa_uniform(q: Tensor, k: Tensor, v: Tensor, meta: dict[str, Any], scale: float) -> Tensor:
     return _dense(q, k, v, meta, scale, repeat=False)
 
 
-@register("sdpa_cudnn")
+@register("sdpa_cudnn", eager=True)
 def sdpa_cudnn(q: Tensor, k: Tensor, v: Tensor, meta: dict[str, Any], scale: float) -> Tensor:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -219,7 +255,7 @@ def sdpa_cudnn(q: Tensor, k: Tensor, v: Tensor, meta: dict[str, Any], scale: flo
         return _dense(q, k, v, meta, scale, repeat=True)
 
 
-@register("sdpa_flash")
+@register("sdpa_flash", eager=True)
 def sdpa_flash(q: Tensor, k: Tensor, v: Tensor, meta: dict[str, Any], scale: float) -> Tensor:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -278,7 +314,7 @@ def resolve(
 _WARNED: set[tuple[str, str]] = set()
 
 
-def packing_kwargs(packed: Any, backend: str, compiled: bool = False) -> dict[str, Any]:
+def packing_kwargs(packed: Any, backend: str) -> dict[str, Any]:
     """Model-forward kwargs that make the installed attention run `backend` over `packed`
     (training.packing.PackedInputs on the device). They flow through the HF model's **kwargs to
     every attention call."""
@@ -288,8 +324,8 @@ def packing_kwargs(packed: Any, backend: str, compiled: bool = False) -> dict[st
         "tf_max_len": packed.max_len,
         "tf_uniform_len": packed.uniform_len,
     }
-    if backend == "loop":
-        kw["tf_bounds"] = None if compiled else packed.cu_seqlens.cpu().tolist()
+    if backend == "loop":  # runs eagerly on host offsets (a CPU tensor: dynamo does not
+        kw["tf_bounds"] = packed.host_offsets()  # specialise on it as on a tuple of ints)
     if backend == "flex":
         kw["tf_block_mask"] = document_block_mask(packed.cu_seqlens, packed.num_tokens)
     return kw

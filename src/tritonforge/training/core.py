@@ -35,13 +35,15 @@ from tritonforge.training.distributed import (
     init_distributed,
     shard_model,
 )
-from tritonforge.training.logprobs import EAGER, compiled_ops
+from tritonforge.training.logprobs import head_ops
+from tritonforge.training.master_adamw import MasterAdamW
 from tritonforge.training.model import (
     PolicyModel,
     accelerate_layers,
     checkpoint_indices,
     compute_dtype,
     load_causal_lm,
+    masters_in_optimizer,
     param_dtype,
     prepare_for_training,
 )
@@ -91,10 +93,12 @@ class TrainCore:
     ) -> None:
         self.model_cfg, self.optim_cfg, self.batch_cfg = model_cfg, optim_cfg, batch_cfg
         self.ctx = ctx or init_distributed(dist_cfg)
+        sharded = self.ctx.distributed and dist_cfg.fsdp
+        self.param_dtype = param_dtype(model_cfg, sharded)
         if lm is None:
-            lm = load_causal_lm(model_cfg)
+            lm = load_causal_lm(model_cfg, dtype=self.param_dtype)
         else:
-            lm = prepare_for_training(lm.to(param_dtype(model_cfg)), model_cfg)
+            lm = prepare_for_training(lm.to(self.param_dtype), model_cfg)
         self.lm = lm.to(self.ctx.device)
         self.tokenizer = tokenizer
         self.pad_id = pad_id_of(lm, tokenizer)
@@ -108,10 +112,10 @@ class TrainCore:
             else []
         )
         accelerate_layers(self.lm, self.compiled, ckpt_layers)
-        self.policy.layers_compiled = self.compiled
-        mp = self.compute_dtype if self.compute_dtype != param_dtype(model_cfg) else None
+        mp = self.compute_dtype if self.compute_dtype != self.param_dtype else None
         shard_model(self.policy, self.lm, dist_cfg, self.ctx, mp)
-        self.optimizer = build_optimizer(self.policy, optim_cfg)
+        masters = masters_in_optimizer(model_cfg, sharded)
+        self.optimizer = build_optimizer(self.policy, optim_cfg, masters)
         self.scheduler = build_scheduler(self.optimizer, optim_cfg)
         self.optim_steps = 0
 
@@ -150,8 +154,11 @@ class TrainCore:
         return self.policy(mb, temperature, compute_entropy)
 
     def backward(self, loss: Tensor) -> None:
-        """Backward of a globally normalised micro-batch loss (x world size: FSDP averages)."""
+        """Backward of a globally normalised micro-batch loss (x world size: FSDP averages);
+        with masters in the optimizer, its gradients are then summed in fp32 there."""
         (loss * self.ctx.world_size).backward()
+        if isinstance(self.optimizer, MasterAdamW):
+            self.optimizer.accumulate_grads()
 
     def optimizer_step(self) -> tuple[float, float]:
         """Clip, step, schedule; returns (grad norm, lr)."""
@@ -211,9 +218,10 @@ def make_policy(
     lm: nn.Module, cfg: BatchConfig, dtype: torch.dtype, compiled: bool = False
 ) -> PolicyModel:
     """The PolicyModel of `lm` as the batch config asks (packing, attention, chunk size)."""
+    device = next(lm.parameters()).device
     return PolicyModel(
         lm, cfg.chunk_tokens, dtype, packing=cfg.packing, attn_ragged=cfg.attention,
-        attn_uniform=cfg.attention_uniform, head_ops=compiled_ops() if compiled else EAGER,
+        attn_uniform=cfg.attention_uniform, head_ops=head_ops(cfg.lm_head, compiled, device),
     )  # fmt: skip
 
 

@@ -25,10 +25,13 @@ import torch
 
 __all__ = [
     "EAGER",
+    "HEADS",
+    "TRITON",
     "ChunkOps",
     "chunked_token_logprobs",
     "compiled_ops",
     "entropy_from_logits",
+    "head_ops",
     "scored_logprobs",
     "token_logprobs_from_logits",
 ]
@@ -107,6 +110,49 @@ def compiled_ops(backend: str = "inductor") -> ChunkOps:
             torch.compile(_chunk_backward, dynamic=True, backend=backend),
         )
     return _COMPILED[backend]
+
+
+def _triton_forward(
+    h_ch: Tensor, weight_vh: Tensor, tgt_c: Tensor, inv_temp: float, want_ent: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """_chunk_forward as a cuBLAS matmul and one Triton pass over the logits."""
+    from tritonforge.training import head_kernels
+
+    z_cv = h_ch.to(weight_vh.dtype) @ weight_vh.t()
+    return head_kernels.logprobs_lse_entropy(z_cv, tgt_c, inv_temp, want_ent)
+
+
+def _triton_backward(
+    h_ch: Tensor,
+    weight_vh: Tensor,
+    tgt_c: Tensor,
+    lse_c: Tensor,
+    g_logp_c: Tensor,
+    ent: tuple[Tensor, Tensor] | None,
+    inv_temp: float,
+) -> tuple[Tensor, Tensor]:
+    """_chunk_backward as cuBLAS matmuls and one Triton pass writing the logits' gradient over
+    the recomputed logits."""
+    from tritonforge.training import head_kernels
+
+    h = h_ch.to(weight_vh.dtype)
+    g_cv = head_kernels.grad_logits_(h @ weight_vh.t(), tgt_c, lse_c, g_logp_c, ent, inv_temp)
+    return g_cv @ weight_vh, g_cv.t() @ h
+
+
+TRITON = ChunkOps(_triton_forward, _triton_backward)
+HEADS = ("eager", "compiled", "triton")
+
+
+def head_ops(name: str, compiled: bool, device: torch.device) -> ChunkOps:
+    """The lm head's chunk functions by name: eager, compiled (inductor), triton (training.
+    head_kernels; CUDA only: elsewhere the automatic choice); auto = compiled when the layers
+    are compiled, else eager."""
+    if name == "triton" and device.type == "cuda":
+        return TRITON
+    if name == "compiled" or (name in ("auto", "triton") and compiled):
+        return compiled_ops()
+    return EAGER
 
 
 class _ChunkedLogprobs(torch.autograd.Function):

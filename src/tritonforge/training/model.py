@@ -49,6 +49,7 @@ __all__ = [
     "load_causal_lm",
     "load_reference",
     "load_tokenizer",
+    "masters_in_optimizer",
     "param_dtype",
     "prepare_for_training",
 ]
@@ -71,9 +72,18 @@ def compute_dtype(cfg: ModelConfig) -> torch.dtype:
     return DTYPES[cfg.dtype]
 
 
-def param_dtype(cfg: ModelConfig) -> torch.dtype:
-    """fp32 master weights when `master_fp32`, else the compute dtype."""
-    return torch.float32 if cfg.master_fp32 else DTYPES[cfg.dtype]
+def masters_in_optimizer(cfg: ModelConfig, sharded: bool = False) -> bool:
+    """Whether the fp32 masters of a bf16 model live in the optimizer (training.master_adamw)
+    rather than in fp32 parameters; never under FSDP (`sharded`)."""
+    wanted = cfg.master_weights == "optimizer" or (cfg.master_weights == "auto" and not sharded)
+    return cfg.dtype != "fp32" and cfg.master_fp32 and wanted and not sharded
+
+
+def param_dtype(cfg: ModelConfig, sharded: bool = False) -> torch.dtype:
+    """fp32 when the masters are the parameters, else the compute dtype (pure bf16, or bf16
+    parameters whose masters the optimizer keeps)."""
+    fp32 = cfg.master_fp32 and not masters_in_optimizer(cfg, sharded)
+    return torch.float32 if fp32 else DTYPES[cfg.dtype]
 
 
 def enable_gradient_checkpointing(lm: nn.Module) -> None:
@@ -141,15 +151,18 @@ def _raise_recompile_limit(layers: int) -> None:
             setattr(dcfg, name, max(getattr(dcfg, name), 64))
 
 
-def load_causal_lm(cfg: ModelConfig, path: str | None = None) -> nn.Module:
-    """AutoModelForCausalLM from `path` (default cfg.path) in `param_dtype(cfg)`, on CPU, train mode."""
+def load_causal_lm(
+    cfg: ModelConfig, path: str | None = None, dtype: torch.dtype | None = None
+) -> nn.Module:
+    """AutoModelForCausalLM from `path` (default cfg.path) in `dtype` (default
+    `param_dtype(cfg)`), on CPU, train mode."""
     from transformers import AutoModelForCausalLM
 
     lm = AutoModelForCausalLM.from_pretrained(
         path or cfg.path,
         attn_implementation=cfg.attn_implementation,
         trust_remote_code=cfg.trust_remote_code,
-        **_dtype_kwarg(param_dtype(cfg)),
+        **_dtype_kwarg(dtype or param_dtype(cfg)),
     )
     return prepare_for_training(lm, cfg)
 
@@ -226,7 +239,6 @@ class PolicyModel(nn.Module):
         self.compute_dtype = compute_dtype
         self.attn_ragged, self.attn_uniform = attn_ragged, attn_uniform
         self.head_ops = head_ops
-        self.layers_compiled = False
         head = lm.get_output_embeddings()
         if head is None or getattr(head, "bias", None) is not None:
             raise ValueError("PolicyModel needs a bias-free linear output layer")
@@ -273,7 +285,7 @@ class PolicyModel(nn.Module):
         backend = attention.resolve(
             self.attn_ragged, self.attn_uniform, packed.uniform_len, device, self.compute_dtype
         )
-        kwargs = attention.packing_kwargs(packed, backend, self.layers_compiled)
+        kwargs = attention.packing_kwargs(packed, backend)
         masks = self._dict_masks
         with attention.packed_masks():
             yield {

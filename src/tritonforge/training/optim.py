@@ -15,14 +15,18 @@ import torch
 from torch import nn
 
 from tritonforge.config.train import OptimConfig
+from tritonforge.training.master_adamw import MasterAdamW
 
 __all__ = ["build_optimizer", "build_scheduler", "clip_and_step", "lr_factor"]
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: nn.Module, cfg: OptimConfig, masters: bool = False
+) -> torch.optim.Optimizer:
     """AdamW over trainable params; 1-D params (norms, biases) get no weight decay. The fused
     kernel (one launch per parameter group and dtype) when `cfg.fused`, or by default when the
-    parameters are plain CUDA tensors; torch's default otherwise (CPU, DTensors)."""
+    parameters are plain CUDA tensors; torch's default otherwise (CPU, DTensors). `masters`:
+    MasterAdamW (fp32 masters of bf16 parameters kept in the optimizer)."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
@@ -33,6 +37,9 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
     fused = cfg.fused
     if fused is None:
         fused = bool(params) and all(p.is_cuda and type(p) is nn.Parameter for p in params)
+    if masters:
+        kept = [g for g in groups if g["params"]]
+        return MasterAdamW(kept, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=fused)
     return torch.optim.AdamW(
         [g for g in groups if g["params"]],
         lr=cfg.lr,
@@ -80,7 +87,10 @@ def clip_and_step(
     """
     params = [p for p in model.parameters() if p.grad is not None]
     max_norm = grad_clip if grad_clip > 0 else float("inf")
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.zeros(())
+    if isinstance(optimizer, MasterAdamW):  # the fp32 gradient sums it keeps
+        norm = optimizer.clip_grad_norm_(max_norm)
+    else:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.zeros(())
     lr = float(optimizer.param_groups[0]["lr"])
     optimizer.step()
     scheduler.step()

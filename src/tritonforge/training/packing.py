@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
 from tritonforge.training.batching import MicroBatch, Scoring, TrainSequence, _move, collate
@@ -60,6 +61,13 @@ class PackedInputs:
     cu_seqlens: Tensor
     max_len: int
     uniform_len: int
+    cu_host: Tensor | None = None  # cu_seqlens kept on the host (`to` does not move it)
+
+    def host_offsets(self) -> Tensor:
+        """`cu_seqlens` on the host (a copy, i.e. a device sync, only if made without one)."""
+        if self.cu_host is None:
+            self.cu_host = self.cu_seqlens.cpu()
+        return self.cu_host
 
     @property
     def num_tokens(self) -> int:
@@ -82,30 +90,25 @@ def pack_micro_batch(
     seqs: Sequence[TrainSequence], pad_id: int = 0, multiple: int = 1
 ) -> MicroBatch:
     """`seqs` as one MicroBatch: loss tensors padded [B, L] (see batching.collate), model input
-    packed into one row of N = sum(T_i - 1) tokens rounded up to `multiple`."""
+    packed into one row of N = sum(T_i - 1) tokens rounded up to `multiple` (vectorised: the
+    row's real tokens are the padded batch's real tokens in row-major order)."""
     mb = collate(seqs, pad_id)
     lengths = [s.num_positions for s in seqs]
     real = sum(lengths)
     total = -(-real // multiple) * multiple
     docs = lengths + ([total - real] if total > real else [])
     ids = torch.full((total,), pad_id, dtype=torch.long)
-    pos = torch.cat([torch.arange(n) for n in docs])
-    src, dst, tgt = [], [], []
-    width = mb.shape[1]
-    offset = 0
-    for row, s in enumerate(seqs):
-        n = lengths[row]
-        ids[offset : offset + n] = torch.tensor(s.token_ids[:-1])
-        scored = (mb.targets[row, :n] >= 0).nonzero().squeeze(1)
-        src.append(scored + offset)
-        dst.append(scored + row * width)
-        tgt.append(mb.targets[row, scored])
-        offset += n
-    cu = torch.zeros(len(docs) + 1, dtype=torch.int32)
-    cu[1:] = torch.tensor(docs).cumsum(0)
+    ids[:real] = mb.input_ids[mb.attention_mask > 0]
+    starts = np.cumsum([0, *docs])
+    pos = np.arange(total) - np.repeat(starts[:-1], docs)
+    rows, cols = (mb.targets >= 0).nonzero(as_tuple=True)
+    offsets = torch.from_numpy(starts[:-1][: len(seqs)].astype(np.int64))
+    scoring = Scoring(offsets[rows] + cols, rows * mb.shape[1] + cols, mb.targets[rows, cols])
+    cu = torch.from_numpy(starts.astype(np.int32))
     uniform = docs[0] if len(set(docs)) == 1 else 0
-    packed = PackedInputs(ids[None], pos[None], cu, max(docs), uniform)
-    scoring = Scoring(torch.cat(src), torch.cat(dst), torch.cat(tgt))
+    packed = PackedInputs(
+        ids[None], torch.from_numpy(pos)[None], cu, max(docs), uniform, cu_host=cu
+    )
     return replace(mb, scoring=scoring, packed=packed)
 
 

@@ -1,24 +1,34 @@
 """One candidate's evaluation as the judge sees it: its state and its channel to the worker.
 
 Covers: `CandidateRun` (problem, settings, device, worker session, reference, phase times, audit
-records, notes, whether a kernel has run; `call` sends one request with its budget and turns
-every way it can fail into a `Stop` with a verdict; `outputs` reads the worker's outputs into
-the judge's memory) and `failure_verdict` (a worker's failure reply as a verdict).
+records, notes, whether a kernel has run; `call` sends one request with its budget, holding
+shared access of the device's gate while the worker works (its budget starts once access is
+granted; the wait is added to `waited`), and turns every way it can fail into a `Stop` with a
+verdict; `outputs` reads the worker's outputs into the judge's memory) and `failure_verdict` (a
+worker's failure reply as a verdict; a device out-of-memory reply names the figures and sets
+`device_oom`, also when the worker died of it outside a request it could answer) and
+`judge_oom_verdict` (the judge's own out-of-memory error as a verdict).
 Does not cover: what to ask and when (evaluator.py, gpu_timing.py), comparison (compare.py).
 """
 
 from __future__ import annotations
 
 import os
-import time
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from tritonforge.config.eval import EvalSettings
+from tritonforge.evaluation.judge.admission import JudgeOutOfMemory, gib
+from tritonforge.evaluation.judge.budget import LoadAwareBudget, Starved
+from tritonforge.evaluation.judge.device_gate import gate
 from tritonforge.evaluation.judge.reference import Reference
 from tritonforge.evaluation.judge.session import Session, describe_exit
 from tritonforge.evaluation.sandbox.protocol import Deadline, PeerClosed, ProtocolError
 from tritonforge.types import Problem, Status, Verdict
+
+# what a worker that died of device memory outside a guarded request leaves on stderr
+_OOM_TAIL = re.compile(r"out of memory|NVML_SUCCESS|CUDA_ERROR_OUT_OF_MEMORY", re.IGNORECASE)
 
 
 class Stop(Exception):
@@ -45,7 +55,10 @@ class CandidateRun:
     compiled: bool = False  # a kernel has launched (or, CUDA backend, the extension built and ran)
     armed: str = ""  # the audit's configuration as the worker reported it at load
     signatures: list[str] = field(default_factory=list)  # launch signature of each trial
-    reference_work: float | None = None  # hybrid: the reference's compute work (judge/work.py)
+    preimports: list[str] = field(default_factory=list)  # Inductor runtime modules to import first
+    waited_s: float = 0.0  # time the worker waited for a CPU, summed over requests
+    device_oom: bool = False  # a request failed for lack of device memory
+    waited: float = 0.0  # seconds spent waiting for the device's gate (not the candidate's time)
 
     def call(
         self,
@@ -55,19 +68,46 @@ class CandidateRun:
         phase: str,
         total: float | None = None,
     ) -> tuple[dict[str, Any], list[int]]:
-        """One request to the worker within `budget` seconds; the fds sent are closed here.
-        `total` is the phase's whole budget as configured (what a timeout message names) when
-        `budget` is what is left of it."""
+        """One request to the worker within `budget` seconds of its own time (time it waited
+        for a CPU does not count: budget.py), under shared access of the device (re-entrant
+        inside a timing's exclusive access); the fds sent are closed here. `total` is the
+        phase's whole budget as configured (what a timeout message names) when `budget` is what
+        is left of it."""
+        with gate(self.device).shared() as waited:
+            self.waited += waited
+            reply, rfds = self._call(msg, fds, budget, phase, total)
+        if not reply.get("ok") and isinstance(reply.get("memory"), dict):
+            self.device_oom = True
+        return reply, rfds
+
+    def _call(
+        self, msg: dict[str, Any], fds: list[int], budget: float, phase: str, total: float | None
+    ) -> tuple[dict[str, Any], list[int]]:
         session, compiled = self.session, self.compiled
+        clock = LoadAwareBudget(session.pid, budget, self.settings.budgets.load_stretch)
         try:
-            return session.request(msg, fds, time.monotonic() + budget)
+            return session.request(msg, fds, clock.deadline, clock.next_deadline)
         except Deadline:
+            waited = (
+                f" (not counting {clock.waited:.0f} s it waited for a CPU)"
+                if clock.waited >= 1
+                else ""
+            )
             raise Stop(
                 Verdict(
                     status=Status.TIMEOUT,
                     phase=phase,
                     compiled=compiled,
-                    message=f"{phase} took longer than its {total or budget:g} s budget",
+                    message=f"{phase} took longer than its {total or budget:g} s budget{waited}",
+                )
+            ) from None
+        except Starved as exc:
+            raise Stop(
+                Verdict(
+                    status=Status.JUDGE_FAULT,
+                    phase=phase,
+                    compiled=compiled,
+                    message=f"{phase}: {exc}; the evaluator's fault, not the candidate's",
                 )
             ) from None
         except PeerClosed:
@@ -82,6 +122,10 @@ class CandidateRun:
                     )
                 ) from None
             status, why = describe_exit(ended, session.stderr.text)
+            if status == "crash" and _OOM_TAIL.search(session.stderr.text()):
+                self.device_oom = True
+                status = Status.OUT_OF_RESOURCES.value
+                why = "the worker ran out of device memory and ended (see stderr)"
             raise Stop(
                 Verdict(
                     status=Status(status),
@@ -100,6 +144,7 @@ class CandidateRun:
                 )
             ) from None
         finally:
+            self.waited_s += clock.waited
             for fd in fds:
                 os.close(fd)
 
@@ -137,9 +182,49 @@ def failure_verdict(reply: dict[str, Any], phase: str, compiled: bool) -> Verdic
     if status is Status.CORRECT:
         status = Status.REWARD_HACK
     msg = str(reply.get("message", ""))[:8000]
+    if isinstance(reply.get("memory"), dict):
+        msg = f"{oom_figures(reply['memory'])}\n{msg}"
     return Verdict(
         status=status,
         phase=reply.get("phase", phase) if status is not Status.COMPILE_ERROR else "compile",
         compiled=compiled and status is not Status.COMPILE_ERROR,
         message=msg,
+    )
+
+
+def oom_figures(facts: dict[str, Any]) -> str:
+    """One line from a worker's out-of-memory figures (untrusted JSON: numbers only)."""
+
+    def num(name: str) -> int | None:
+        x = facts.get(name)
+        return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+
+    parts = []
+    if num("requested") is not None:
+        parts.append(f"tried to allocate {gib(num('requested'))}")
+    if num("allocated") is not None:
+        held = f"this process held {gib(num('allocated'))}"
+        if num("reserved") is not None:
+            held += f" ({gib(num('reserved'))} reserved)"
+        parts.append(held)
+    if num("device_free") is not None and num("device_total") is not None:
+        parts.append(f"device free {gib(num('device_free'))} of {gib(num('device_total'))}")
+    return "out of device memory" + (": " + "; ".join(parts) if parts else "")
+
+
+def judge_oom_verdict(exc: JudgeOutOfMemory, alone: bool) -> Verdict:
+    """The judge ran out of device memory: the candidate is not at fault. Alone on the device,
+    a reference that does not fit is the problem's `resource_limit`; anything else is the
+    judge's fault."""
+    if alone and exc.where.startswith(("building a case", "loading the reference")):
+        return Verdict(
+            status=Status.RESOURCE_LIMIT,
+            phase="reference",
+            message=f"the problem does not fit this device even alone: {exc}",
+        )
+    return Verdict(
+        status=Status.JUDGE_FAULT,
+        phase="judge",
+        message=f"the judge ran out of device memory{' (alone on the device)' if alone else ''}: "
+        f"{exc}; the candidate was not judged",
     )

@@ -13,9 +13,11 @@ line; the logic is the visitor below.)
 from __future__ import annotations
 
 import ast
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tritonforge.evaluation.judge import inductor_rules
 from tritonforge.evaluation.judge.kernel_checks import name_chain as _chain
 from tritonforge.evaluation.judge.kernel_checks import python_in_kernel
 from tritonforge.evaluation.judge.resolve import Resolver
@@ -36,6 +38,7 @@ class StaticResult:
     rule: str | None = None
     message: str = ""
     findings: list[Finding] | None = None
+    preimports: list[str] | None = None  # Inductor runtime modules the worker imports first
 
 
 INTROSPECTION_ATTRS = {
@@ -110,15 +113,32 @@ ESCAPES = {
     ("torch", "_decomp"),
     ("torch", "utils", "_python_dispatch"),
 }
+# The global RNGs (torch's default generators, `random`, `numpy.random`): reading or setting
+# them is `seed_probe`. A private generator (`torch.Generator()`, `random.Random(s)`,
+# `numpy.random.default_rng(s)`) seeded with any constant is allowed: see docs/security.md.
 SEED_PROBES = {
     "initial_seed",
     "get_rng_state",
     "seed",
     "getstate",
+    "setstate",
+    "get_state",
+    "set_state",
     "manual_seed",
+    "manual_seed_all",
+    "seed_all",
     "set_rng_state",
     "get_rng_state_all",
+    "set_rng_state_all",
+    "default_generator",
+    "default_generators",
+    "fork_rng",
 }
+SEED_ADVICE = (
+    "reading or setting the global RNG is not allowed (the judge seeds it before building "
+    "ModelNew, exactly as it does for the reference); to draw weights of your own, use a private "
+    "generator: g = torch.Generator().manual_seed(N); torch.randn(..., generator=g)"
+)
 PROCESS_EXIT = {
     ("os", "_exit"),
     ("os", "abort"),
@@ -171,6 +191,8 @@ class _Visitor(ast.NodeVisitor):
         self.aliases = resolver.aliases  # name -> module path (imports and local aliases)
         self.inner: set[int] = set()  # ids of Attribute nodes that are prefixes of a longer chain
         self.called: set[int] = set()  # ids of Name nodes that are the function of a call
+        self.helper_inner: set[int] = set()  # prefixes of an allowed Inductor runtime path
+        self.helper_paths: list[tuple[str, ...]] = []  # allowed Inductor runtime paths used
 
     def add(self, rule: str, node: ast.AST, msg: str) -> None:
         self.findings.append(Finding(rule, getattr(node, "lineno", 0), msg))
@@ -200,11 +222,7 @@ class _Visitor(ast.NodeVisitor):
             and path[0] in ("torch", "random", "numpy", "np")
             and len(path) <= 4
         ):
-            self.add(
-                "seed_probe",
-                node,
-                f"{'.'.join(path)}: reading or setting the RNG state is not allowed",
-            )
+            self.add("seed_probe", node, f"{'.'.join(path)}: {SEED_ADVICE}")
         if any(path[i : i + 2] == ("sys", "modules") for i in range(len(path) - 1)):
             self.add(
                 "introspection", node, "sys.modules: reaching other modules' state is not allowed"
@@ -245,6 +263,9 @@ class _Visitor(ast.NodeVisitor):
             self._module_path(node, (*mod.split("."), a.name))
 
     def _module_path(self, node: ast.AST, path: tuple[str, ...]) -> None:
+        if inductor_rules.allowed(path):  # KernelBook-style runtime helpers (inductor_rules.py)
+            self.helper_paths.append(path)
+            return
         for prefix in GENERATED:
             if path[: len(prefix)] == prefix:
                 self.add(
@@ -309,6 +330,20 @@ class _Visitor(ast.NodeVisitor):
         if node.attr in HOST_VIEW_NAMES:
             self.add("host_read", node, f".{node.attr}: a host view of tensor memory")
         path = self.resolver.path(node)
+        if id(node) in self.helper_inner or (path and inductor_rules.allowed(path)):
+            self.helper_paths.append(path)
+            self.helper_inner.add(id(node.value))
+            self.inner.add(id(node.value))
+            self.generic_visit(node)
+            return
+        through = inductor_rules.outside(path) if path and id(node) not in self.inner else None
+        if through:
+            self.add(
+                through,
+                node,
+                f"{'.'.join(path)}: only the Inductor runtime helpers may be used, not what "
+                "their modules import (the compiler is not a custom kernel)",
+            )
         if path:
             self._check_path(node, path, id(node) not in self.inner)
         self.inner.add(id(node.value))
@@ -318,7 +353,7 @@ class _Visitor(ast.NodeVisitor):
         if isinstance(node.func, ast.Name):
             self.called.add(id(node.func))
         path = self.resolver.call_path(node)
-        if path:  # getattr(X, "name"), attrgetter("a.b")(X), pydoc.locate("a.b"), ...
+        if path and not inductor_rules.allowed(path):  # getattr(X, "name"), pydoc.locate("a.b")
             self._check_path(node, path, True)
         if self.resolver.by_name_call(node):
             self.add("dynamic_code", node, "a computed name looked up at runtime is not allowed")
@@ -436,14 +471,21 @@ def _reference_reuse(tree: ast.Module, model_new: ast.AST) -> Finding | None:
 
 
 Rule = Callable[[ast.Module], list[Finding]]
+# ast.parse from several judge threads at once raised "SystemError: AST constructor recursion
+# depth mismatch" (CPython 3.11's AST conversion keeps its depth in shared state)
+_PARSE_LOCK = threading.Lock()
 
 
-def run_static(source: str | None, mode: str = "strict", backend: str = "triton") -> StaticResult:
-    """Apply all static rules; the first fatal finding decides the result."""
+def run_static(
+    source: str | None, mode: str = "strict", backend: str = "triton", require_kernel: bool = False
+) -> StaticResult:
+    """Apply all static rules; the first fatal finding decides the result. `require_kernel`:
+    no_custom_kernel applies in hybrid mode too (the tritonforge preset)."""
     if source is None or not source.strip():
         return StaticResult(Status.NO_CODE, None, "the response contained no code")
     try:
-        tree = ast.parse(source)
+        with _PARSE_LOCK:
+            tree = ast.parse(source)
     except SyntaxError as exc:
         where = f"line {exc.lineno}, column {exc.offset}" if exc.lineno else "unknown position"
         text = (exc.text or "").rstrip()
@@ -466,17 +508,18 @@ def run_static(source: str | None, mode: str = "strict", backend: str = "triton"
         reuse = _reference_reuse(tree, model_new)
         if reuse:
             findings.append(reuse)
-        if not _has_kernel(tree, backend):
-            what = "@triton.jit kernel" if backend == "triton" else "CUDA extension (load_inline)"
-            findings.append(
-                Finding(
-                    "no_custom_kernel",
-                    1,
-                    f"no {what} is defined: strict mode requires the computation in custom kernels",
-                )
+    if (mode == "strict" or require_kernel) and not _has_kernel(tree, backend):
+        what = "@triton.jit kernel" if backend == "triton" else "CUDA extension (load_inline)"
+        findings.append(
+            Finding(
+                "no_custom_kernel",
+                1,
+                f"no {what} is defined: {mode} mode requires the computation in custom kernels",
             )
-    fatal = [f for f in findings if mode == "strict" or f.rule in ALWAYS]
+        )
+    always = ALWAYS | ({"no_custom_kernel"} if require_kernel else set())
+    fatal = [f for f in findings if mode == "strict" or f.rule in always]
     if fatal:
         f = fatal[0]
         return StaticResult(Status.REWARD_HACK, f.rule, f"line {f.line}: {f.message}", findings)
-    return StaticResult(None, None, "", findings)
+    return StaticResult(None, None, "", findings, inductor_rules.preimports(v.helper_paths))

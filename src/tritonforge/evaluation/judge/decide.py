@@ -1,15 +1,16 @@
 """Trusted decisions on what the worker reported: which reward-hack rule fires, if any.
 
 Covers: `decide_audit` (after each correctness trial: blocked actions, PyTorch compute in strict
-mode (the worker's op names re-classified with the judge's own glue list), no launch, outputs not
-produced by a kernel, decoy launches, aliasing, broadcast outputs, results cached across calls
-(the last trial calls forward twice on the same tensors: poisoned outputs, and the two calls'
-launch signatures must match), minimum custom-kernel share in hybrid mode (judge/work.py),
-unsolicited frames), `check_integrity` (the audit's configuration as armed, unchanged since
-load), `decide_timing` (timed calls that skipped their kernels or launched differently from
-the profiled calls, implausible speedups), `changed_after_timing` (wrong after the timing loop
-although every trial passed), `audit_record` (the Audit summary for the verdict) and
-`audit_switches` (the in-process audit on/off, for measuring its cost).
+mode (the worker's op names re-classified with the judge's own glue list; a PyTorch epilogue
+after the kernels, `epilogue`, gets its own rule), no launch, outputs not produced by a kernel,
+decoy launches, aliasing, broadcast outputs, results cached across calls (the last trial calls
+forward twice on the same tensors: poisoned outputs, and the two calls' launch signatures must
+match), minimum custom-kernel share in hybrid mode (judge/work.py), unsolicited frames),
+`check_integrity` (the audit's configuration as armed, unchanged since load), `decide_timing`
+(timed calls that skipped their kernels or launched differently from the profiled calls,
+implausible speedups), `changed_after_timing` (wrong after the timing loop although every trial
+passed), `audit_record` (the Audit summary for the verdict) and `audit_switches` (the in-process
+audit on/off, for measuring its cost).
 Each rule returns (name, reason); names are documented in docs/security.md.
 Does not cover: collecting the facts (sandbox/audit.py, sandbox/worker.py).
 """
@@ -20,12 +21,14 @@ from typing import Any
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.timing import roofline_ms
-from tritonforge.evaluation.sandbox.glue import classify_op, glue_digest
+from tritonforge.evaluation.sandbox.glue import EPILOGUE, base_name, classify_op, glue_digest
 from tritonforge.hardware import DevicePeaks
 from tritonforge.types import Audit, Problem, Status, Verdict
 
 # Rules reported by the worker that hybrid mode tolerates (KernelBench-style partial replacement).
 HYBRID_TOLERATED = {"host_read"}
+# An epilogue is at most this many PyTorch ops (e.g. sum then div).
+EPILOGUE_MAX_OPS = 2
 # Provenance rules that, on the repeated call of the caching check, mean a cached result.
 _CACHE_SYMPTOMS = {"no_kernel_launch", "output_not_from_kernel", "decoy_launch"}
 
@@ -41,7 +44,7 @@ def audit_switches(last_trial: bool = False) -> dict[str, bool]:
     return {"profile": on, "snapshot": on, "repeat": on and last_trial}
 
 
-def _fmt_ops(ops: dict[str, int], n: int = 6) -> str:
+def fmt_ops(ops: dict[str, int], n: int = 6) -> str:
     top = sorted(ops.items(), key=lambda kv: -kv[1])[:n]
     return ", ".join(f"{k} x{v}" for k, v in top)
 
@@ -137,14 +140,48 @@ def decide_audit(
     return hit
 
 
+def epilogue(audit: dict[str, Any]) -> dict[str, int]:
+    """The PyTorch ops of one trial that form an epilogue, or {} when there is none or when other
+    PyTorch compute ran too. An epilogue: at most EPILOGUE_MAX_OPS reductions or scales
+    (glue.EPILOGUE) after the last Triton launch, each reading only kernel-written tensors
+    (and scalars), and nothing else computed in PyTorch (the profiler's op list agrees). The
+    worker's log is untrusted JSON: anything malformed means no epilogue."""
+    log, ops = audit.get("compute_log"), audit.get("ops") or {}
+    launches = audit.get("launches")
+    if not isinstance(log, list) or not log or not isinstance(launches, int) or launches < 1:
+        return {}
+    if not isinstance(ops, dict) or len(log) > EPILOGUE_MAX_OPS:
+        return {}
+    names: dict[str, int] = {}
+    for entry in log:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)):
+            return {}
+        name, reads_kernel, before = entry
+        if reads_kernel is not True or before != launches or base_name(name) not in EPILOGUE:
+            return {}
+        key = f"aten::{base_name(name)}"
+        names[key] = names.get(key, 0) + 1
+    profiled = {f"aten::{base_name(str(k))}": v for k, v in ops.items()}
+    return names if profiled == names else {}
+
+
 def _strict_rules(
     audit: dict[str, Any], facts: dict[str, Any], s: EvalSettings
 ) -> tuple[str, str] | None:
     ops = audit.get("ops") or {}
+    tail = epilogue(audit)
+    if tail:
+        return (
+            "torch_epilogue",
+            f"forward ends with PyTorch {fmt_ops(tail)} on your kernel's output (a final "
+            "reduction or scale after the kernels); strict mode requires every computation in "
+            "your Triton kernels: fold it into the last kernel or add a small one. Hybrid mode "
+            "accepts such an epilogue and reports it",
+        )
     if ops:
         return (
             "torch_compute",
-            f"forward ran PyTorch compute ops ({_fmt_ops(ops)}); in strict mode every computation must happen in your Triton kernels (allocation, views, reshapes, dtype casts and parameter access are allowed)",
+            f"forward ran PyTorch compute ops ({fmt_ops(ops)}); in strict mode every computation must happen in your Triton kernels (allocation, views, reshapes, dtype casts and parameter access are allowed)",
         )
     if s.backend == "triton":
         hit = _triton_launch_rules(audit, facts)
@@ -254,6 +291,7 @@ def audit_record(records: list[dict[str, Any]]) -> Audit:
         return Audit()
     ops: dict[str, int] = {}
     glue: dict[str, int] = {}
+    tail: dict[str, int] = {}
     kernels: set[str] = set()
     shares = [r["custom_share"] for r in records if r.get("custom_share") is not None]
     for r in records:
@@ -261,6 +299,8 @@ def audit_record(records: list[dict[str, Any]]) -> Audit:
             ops[k] = ops.get(k, 0) + n
         for k, n in (r.get("glue") or {}).items():
             glue[k] = glue.get(k, 0) + n
+        for k, n in epilogue(r).items():
+            tail[k] = tail.get(k, 0) + n
         kernels.update(r.get("kernels") or [])
     last = records[-1]
     return Audit(
@@ -270,5 +310,6 @@ def audit_record(records: list[dict[str, Any]]) -> Audit:
         glue_ops=glue,
         custom_share=sum(shares) / len(shares) if shares else None,
         share_basis="work" if shares else None,
+        epilogue_ops=tail,
         violations=list(last.get("violations") or []),
     )

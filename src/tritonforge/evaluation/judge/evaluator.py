@@ -1,11 +1,17 @@
 """The judge: evaluates one candidate against one problem and always returns a Verdict.
 
-Covers: `Evaluator.evaluate` (static checks, reference in this trusted process, the candidate in
-a fresh sandboxed worker, correctness trials with hidden seeds and several input distributions,
-audit decisions, GPU timing interleaved with the live reference, plausibility, reward) and
-`LocalBackend` (the async EvalBackend over an Evaluator). Never raises for a bad candidate and
-never returns None; a broken reference or judge bug is an `internal_error` verdict.
-Does not cover: isolation (sandbox/isolation.py), the worker side (sandbox/worker.py), HTTP (service/server.py).
+Covers: `Evaluator.evaluate` (static checks, reference in this trusted process, memory admission
+on the device, the candidate in a fresh sandboxed worker, correctness trials with hidden seeds
+and several input distributions, audit decisions, exclusive timing against the reference in the
+device's timing process, plausibility, reward) and `LocalBackend` (the async EvalBackend over an
+Evaluator). Never raises for a bad candidate and never returns None; a broken reference or judge
+bug is an `internal_error` verdict. Out of device memory: a problem that cannot fit the device's
+budget even alone is `resource_limit` (with the bytes); a worker's out-of-memory error while
+other evaluations held memory on the device, or the judge's own, is judged again alone once;
+the judge's own a second time is `judge_fault` (or `resource_limit` when the reference itself
+does not fit).
+Does not cover: isolation (sandbox/isolation.py), the worker side (sandbox/worker.py), HTTP
+(service/server.py), the per-device resources (resources.py).
 """
 
 from __future__ import annotations
@@ -24,9 +30,15 @@ from typing import Any
 import torch
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
+from tritonforge.evaluation.judge.admission import DoesNotFit, JudgeOutOfMemory
+from tritonforge.evaluation.judge.candidate import (
+    CandidateRun,
+    Stop,
+    failure_verdict,
+    judge_oom_verdict,
+)
 from tritonforge.evaluation.judge.checks import run_static
-from tritonforge.evaluation.judge.compare import compare, tf32_hint
+from tritonforge.evaluation.judge.compare import compare_to_reference, tf32_hint
 from tritonforge.evaluation.judge.decide import (
     audit_record,
     audit_switches,
@@ -37,89 +49,98 @@ from tritonforge.evaluation.judge.decide import (
 from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.gpu_timing import time_candidate
+from tritonforge.evaluation.judge.notes import explain
 from tritonforge.evaluation.judge.reference import (
     INIT_SEED,
     Case,
-    Reference,
     ReferenceError,
     ReferenceStore,
+    meta_footprint,
 )
+from tritonforge.evaluation.judge.resources import DeviceResources
 from tritonforge.evaluation.judge.rewards import compute_reward
 from tritonforge.evaluation.judge.session import Session
-from tritonforge.evaluation.judge.timing import ReferenceTimer
 from tritonforge.evaluation.judge.transport import Transport
 from tritonforge.evaluation.judge.work import custom_share, reference_work
 from tritonforge.evaluation.judge.workerenv import (
-    base_env,
     device_label,
     private_scratch,
     resolve_device,
     worker_spec,
 )
+from tritonforge.evaluation.sandbox.classify import is_device_oom
 from tritonforge.evaluation.sandbox.protocol import map_tensors, pack
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 
 log = get_logger("evaluation.judge")
+CPU_UNTIMED = (
+    "timing not measured: the CPU Triton interpreter checks correctness only; speedup is null"
+)
+CPU_TIMED = "timed on the CPU interpreter (time_on_cpu): says nothing about GPU speed"
 # Phase-by-phase progress at DEBUG ("reference", "compile", "correctness trial 2/5", ...): off by
 # default; `tritonforge eval-kernel` shows it on stderr while a long evaluation runs.
 progress = get_logger("evaluation.progress")
 
 
 class Evaluator:
-    """Thread-safe judge. One fork server per device, a shared reference cache, a timing lock
-    per GPU (correctness of many candidates overlaps; timing is exclusive)."""
+    """Thread-safe judge. Per device: a fork server, a memory budget, a gate (correctness of
+    many candidates overlaps; timing is exclusive) and a trusted timing process; a shared
+    reference cache."""
 
     def __init__(self, settings: EvalSettings | None = None, cache_bytes: int | None = None):
         self.settings = settings or EvalSettings()
         self.refs = ReferenceStore(cache_bytes or self.settings.reference_cache_bytes())
+        self.refs.device_room = self._case_room
         self.secret = (
             self.settings.secret_seed
             if self.settings.secret_seed is not None
             else secrets.randbits(62)
         )
-        self._servers: dict[str, ForkServer] = {}
-        self._timers: dict[str, ReferenceTimer] = {}
-        self._compiled: dict[tuple[str, str], Any] = {}
-        self._work: dict[tuple[str, str], float] = {}
-        self._locks: dict[str, threading.Lock] = {}
+        self._devices: dict[str, DeviceResources] = {}
+        self._work: dict[tuple[str, str], float] = {}  # hybrid: reference work (judge/work.py)
         self._lock = threading.Lock()
         self.sandbox_warnings: list[str] = []
         self.transport_stats: Counter[str] = Counter()  # "shared" or "memfd: <why>" per worker
+        self.retries: Counter[str] = Counter()  # "worker_oom" / "judge_oom": judged again alone
 
     # -- resources -------------------------------------------------------------------------
+    def resources(self, device: str) -> DeviceResources:
+        """The device's fork server, gate, memory budget and timing process (made on first use;
+        the budget comes from this Evaluator's settings)."""
+        with self._lock:
+            res = self._devices.get(device)
+            if res is None:
+                res = self._devices[device] = DeviceResources(device, self.settings, self.refs)
+            return res
+
     def server(self, device: str) -> ForkServer:
-        with self._lock:
-            srv = self._servers.get(device)
-            if srv is None:
-                srv = ForkServer(base_env(device))
-                self._servers[device] = srv
-        with self._locks.setdefault(f"start:{device}", threading.Lock()):
-            srv.ensure()
-        return srv
+        return self.resources(device).ensure_server()
 
-    def timing_lock(self, device: str) -> threading.Lock:
+    def started(self) -> dict[str, DeviceResources]:
+        """The devices used so far and their resources (fork server, timing process, ...)."""
         with self._lock:
-            return self._locks.setdefault(f"time:{device}", threading.Lock())
+            return dict(self._devices)
 
-    def reference_timer(self, device: str) -> ReferenceTimer:
-        """The timer of the live reference on `device` (one per device, reused)."""
+    def _case_room(self, device: str) -> float:
         with self._lock:
-            return self._timers.setdefault(device, ReferenceTimer(device))
+            res = self._devices.get(device)
+        return res.case_room() if res is not None else float("inf")
 
-    def compiled_reference(self, problem: Problem, ref: Reference) -> Any:
-        """torch.compile(reference), once per problem and device (the second baseline)."""
-        key = (problem.id, ref.device)
+    def device_stats(self) -> dict[str, dict[str, Any]]:
+        """Per device: budget, reservations, resident bytes, timings, timing-process restarts."""
         with self._lock:
-            if key not in self._compiled:
-                self._compiled[key] = torch.compile(ref.model)
-            return self._compiled[key]
+            devices = dict(self._devices)
+        return {name: res.stats() for name, res in devices.items()}
 
     def close(self) -> None:
-        for srv in self._servers.values():
-            srv.close()
-        self._servers.clear()
+        with self._lock:
+            devices, self._devices = list(self._devices.values()), {}
+        for res in devices:
+            res.close()
         self.refs.clear()
+        if torch.cuda.is_initialized():  # what the cases held goes back to the device
+            torch.cuda.empty_cache()
 
     def __enter__(self) -> Evaluator:
         return self
@@ -138,24 +159,24 @@ class Evaluator:
         """Judge `source` against `problem`. Never raises; always a Verdict."""
         s = settings or self.settings
         t0 = time.monotonic()
-        try:
-            verdict = self._evaluate(problem, source, s)
-        except Stop as f:
-            verdict = f.verdict
-        except ReferenceError as exc:
-            verdict = Verdict(
-                status=Status.INTERNAL_ERROR,
-                message=f"the problem's reference is broken: {exc}",
-                phase="reference",
-            )
-        except Exception as exc:
-            log.exception("judge failure on %s", problem.id)
-            verdict = Verdict(
-                status=Status.INTERNAL_ERROR,
-                message=f"evaluator error: {type(exc).__name__}: {exc}",
+        verdict, retry = self._attempt(problem, source, s, alone=False)
+        if retry is not None:  # out of device memory with others on the device: once, alone
+            self.retries[retry] += 1
+            first = verdict.message.splitlines()[0][:300] if verdict.message else retry
+            verdict, _ = self._attempt(problem, source, s, alone=True)
+            verdict.notes.append(f"judged again alone on the device after: {first}")
+        elif verdict.status is Status.JUDGE_FAULT and "too busy" in verdict.message:
+            first = verdict.message  # the machine starved the worker (budget.py): once more
+            verdict, _ = self._attempt(problem, source, s, alone=False)
+            verdict.notes.append(
+                f"judged twice: the first attempt was the evaluator's fault ({first})"
             )
         verdict.problem_id = problem.id
         verdict.mode = s.mode
+        verdict.preset = s.preset
+        changed = s.preset_overrides()
+        if changed:
+            verdict.notes.append(f"preset {s.preset} with other values for: {', '.join(changed)}")
         verdict.wall_seconds = round(time.monotonic() - t0, 3)
         verdict.correct = verdict.status is Status.CORRECT
         try:
@@ -166,13 +187,44 @@ class Evaluator:
                 message=f"evaluator settings error: {exc.args[0] if exc.args else exc}",
                 problem_id=problem.id,
                 mode=s.mode,
+                preset=s.preset,
                 phase="reward",
                 wall_seconds=verdict.wall_seconds,
             )
         return verdict
 
-    def _evaluate(self, problem: Problem, source: str | None, s: EvalSettings) -> Verdict:
-        static = run_static(source, s.mode, s.backend)
+    def _attempt(
+        self, problem: Problem, source: str | None, s: EvalSettings, alone: bool
+    ) -> tuple[Verdict, str | None]:
+        """One judgement: the verdict, and why to judge again alone (None: do not)."""
+        try:
+            verdict, worker_oom = self._evaluate(problem, source, s, alone)
+            return verdict, ("worker_oom" if worker_oom and not alone else None)
+        except Stop as f:
+            return f.verdict, None
+        except JudgeOutOfMemory as exc:
+            return judge_oom_verdict(exc, alone), (None if alone else "judge_oom")
+        except ReferenceError as exc:
+            what = "cannot be judged here" if exc.unrunnable else "has a broken reference"
+            return Verdict(
+                status=Status.INTERNAL_ERROR,
+                message=f"the problem {what}: {exc}",
+                phase="reference",
+            ), None
+        except Exception as exc:
+            if is_device_oom(exc):
+                oom = JudgeOutOfMemory("judging", exc)
+                return judge_oom_verdict(oom, alone), (None if alone else "judge_oom")
+            log.exception("judge failure on %s", problem.id)
+            return Verdict(
+                status=Status.INTERNAL_ERROR,
+                message=f"evaluator error: {type(exc).__name__}: {exc}",
+            ), None
+
+    def _evaluate(
+        self, problem: Problem, source: str | None, s: EvalSettings, alone: bool
+    ) -> tuple[Verdict, bool]:
+        static = run_static(source, s.mode, s.backend, s.require_custom_kernel)
         if static.status is not None:
             return Verdict(
                 status=static.status,
@@ -180,7 +232,7 @@ class Evaluator:
                 message=static.message,
                 phase="static",
                 device=device_label(s),  # judged without running: the device it was meant for
-            )
+            ), False
         device = resolve_device(s)
         if s.backend == "cuda" and device == "cpu":
             return Verdict(
@@ -188,36 +240,72 @@ class Evaluator:
                 message="the CUDA C++ backend needs a GPU; evaluate on device=cuda",
                 phase="static",
                 device=device,
-            )
+            ), False
         progress.debug("reference: building the problem's model and inputs on %s", device)
         ref = self.refs.reference(problem, device)
+        res = self.resources(device)
+        plan = self._plan(problem, source or "", s)
+        try:
+            with res.admitted(ref, lambda: self.refs.case(ref, *plan[0]), alone) as grant:
+                v, oom = self._admitted(
+                    problem, source or "", s, device, ref, plan, grant.waited, static.preimports
+                )
+                return v, oom and grant.crowded  # alone, the candidate's own doing: no retry
+        except DoesNotFit as exc:
+            fp = ref.footprint or meta_footprint(ref)
+            return Verdict(
+                status=Status.RESOURCE_LIMIT,
+                phase="admission",
+                device=device,
+                message=f"the problem does not fit this device: {exc} (per evaluation: "
+                f"{fp.describe()}, plus worker and judge copies)",
+            ), False
+
+    def _admitted(
+        self,
+        problem: Problem,
+        source: str,
+        s: EvalSettings,
+        device: str,
+        ref,
+        plan,
+        waited: float,
+        preimports: list[str] | None = None,
+    ) -> tuple[Verdict, bool]:
+        """The evaluation proper, with the device memory it needs reserved."""
         progress.debug("spawn: starting a sandboxed worker")
         scratch = None if s.sandbox != "rlimits" else private_scratch()
         spec = worker_spec(s, device, scratch)
-        phases: dict[str, float] = {}
+        phases: dict[str, float] = {"admission_wait": waited} if waited > 0.001 else {}
         t = time.monotonic()
-        session = Session(self.server(device), spec, s.limits.output_bytes)
+        server = self.server(device)  # started on first use: not a worker's spawn
+        if time.monotonic() - t > 0.01:
+            phases["fork_server_start"] = time.monotonic() - t
+        t = time.monotonic()
+        session = Session(server, spec, s.limits.output_bytes)
         session.transport = Transport(device, s.transport)
         phases["spawn"] = time.monotonic() - t
-        run = CandidateRun(problem, source or "", s, device, session, ref, phases)
+        run = CandidateRun(problem, source, s, device, session, ref, phases)
+        run.preimports = list(preimports or [])
         try:
-            v = self._run(run)
+            v = self._run(run, plan)
         except Stop as f:
             v = f.verdict
         finally:
             session.close()
             if scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
+        if run.waited > 0.001:
+            phases["gate_wait"] = run.waited
         v.device = device
         v.notes = run.notes + [n for n in v.notes if n not in run.notes]  # sandbox warnings: always
+        explain(v, run)
         v.stdout_tail = session.stdout.text()
         v.stderr_tail = session.stderr.text()
         v.phase_seconds = {k: round(x, 4) for k, x in phases.items()}
         if device == "cpu":
-            v.notes.append(
-                "timing not measured: the CPU Triton interpreter checks correctness only; speedup is null"
-            )
-        return v
+            v.notes.append(CPU_TIMED if s.time_on_cpu and v.runtime is not None else CPU_UNTIMED)
+        return v, run.device_oom and v.status is Status.OUT_OF_RESOURCES
 
     def _load(self, run: CandidateRun, first: Case) -> Verdict | None:
         """Import the candidate and build ModelNew in the worker: a failure verdict, or None (the
@@ -234,6 +322,7 @@ class Evaluator:
             "device": "cpu" if run.device == "cpu" else "cuda:0",
             "backend": s.backend,
             "mode": s.mode,
+            "preimport": run.preimports,
             **shared,
         }
         t = time.monotonic()
@@ -254,6 +343,7 @@ class Evaluator:
         run.notes += [f"sandbox: {sandbox.get('user', 'unknown')}"] + [
             f"sandbox warning: {w}" for w in sandbox.get("warnings", [])
         ]
+        run.notes += [str(n)[:300] for n in (reply.get("notes") or [])[:4]]
         return None
 
     def _plan(self, problem: Problem, source: str, s: EvalSettings) -> list[tuple[int, str]]:
@@ -274,7 +364,7 @@ class Evaluator:
         dist: str,
         reply: dict[str, Any],
         outputs: Any,
-        expected: Any,
+        case: Case,
     ) -> Verdict | None:
         """The verdict a finished trial forces (hack, mismatch, mutation), or None to go on."""
         s = run.settings
@@ -297,9 +387,7 @@ class Evaluator:
                 status=Status.REWARD_HACK, rule=hack[0], message=hack[1], phase=phase, **common
             )
         with judge_device(run.session.transport.device):
-            status, mm, why = compare(
-                expected, outputs, s.tolerance, s.nan_policy, run.problem.atol, run.problem.rtol
-            )
+            status, mm, why = compare_to_reference(case, outputs, s, run.problem)
         if status is not Status.CORRECT:
             mm.trial, mm.distribution = i, dist
             msg = f"trial {i + 1}/{s.correctness_trials} (inputs: {dist}): {why}"
@@ -331,15 +419,15 @@ class Evaluator:
                 self._work[key] = reference_work(run.ref.model, inputs, run.device)
         return custom_share(audit.get("op_shapes"), self._work.get(key))
 
-    def _run(self, run: CandidateRun) -> Verdict:
+    def _run(self, run: CandidateRun, plan: list[tuple[int, str]]) -> Verdict:
         s, session = run.settings, run.session
-        plan = self._plan(run.problem, run.source, s)
         progress.debug("import: loading the candidate")
         failed = self._load(run, self.refs.case(run.ref, *plan[0]))
         if failed is not None:
             return failed
         # the correctness budget is the candidate's own time over the trials after the first:
-        # the judge's work between trials (reference outputs, comparison) is not charged to it
+        # the judge's work between trials (reference outputs, comparison) is not charged to it,
+        # nor the time the worker waited for a CPU on a busy machine (budget.py)
         correctness_left = s.budgets.correctness_s
         for i, (seed, dist) in enumerate(plan):
             phase = "compile" if i == 0 else "correctness"
@@ -351,11 +439,12 @@ class Evaluator:
             progress.debug("%s: trial %d/%d", phase, i + 1, len(plan))
             t = time.monotonic()
             budget = total if i == 0 else max(0.1, correctness_left)
+            waited, cpu_waited = run.waited, run.waited_s
             reply, fds = run.call(msg, carry_fds, budget, phase, total)
-            spent = time.monotonic() - t
+            spent = time.monotonic() - t - (run.waited - waited)  # waits for the gate: not its time
             run.phases[phase] = run.phases.get(phase, 0.0) + spent
-            if i > 0:
-                correctness_left -= spent
+            if i > 0:  # nor its waits for a CPU
+                correctness_left -= spent - (run.waited_s - cpu_waited)
             # compiled: a kernel launched; for the CUDA backend the extension built at import
             # and forward ran (its launches happen inside native code the recorder cannot see)
             run.compiled = run.compiled or (reply.get("audit") or {}).get("launches_ok", 0) > 0
@@ -375,7 +464,7 @@ class Evaluator:
             reclassify(reply["audit"])  # the judge's glue list, not the worker's
             reply["audit"]["custom_share"] = self.share(run, case, reply["audit"])
             run.records.append(reply["audit"])
-            stop = self._check_trial(run, i, dist, reply, outputs, case.expected)
+            stop = self._check_trial(run, i, dist, reply, outputs, case)
             run.phases["check"] = run.phases.get("check", 0.0) + time.monotonic() - t
             if stop is not None:
                 if stop.status is Status.NUMERICAL_MISMATCH and run.device != "cpu":
@@ -391,7 +480,7 @@ class Evaluator:
             notes=run.notes,
             message="all correctness trials passed",
         )
-        if run.device != "cpu" and s.measure_performance:
+        if s.measure_performance and (run.device != "cpu" or s.time_on_cpu):
             time_candidate(self, run, v)
         return v
 

@@ -1,38 +1,45 @@
-"""The judge's own device work, one thread at a time per device.
+"""The judge's own device work, one thread at a time per device, as shared use of the device.
 
-Covers: `judge_device(device)`, a process-wide lock per device held around every piece of GPU
-work the judge process does itself (drawing inputs and computing reference outputs, filling and
-reading shared buffers, comparisons) and around timing the reference. The reference is timed in
-the judge process with a device-wide synchronize, which also waits for whatever other judge
-threads queued on the device meanwhile: with 6 candidates in flight on an H200 that inflated
-reference times up to 3x (docs/benchmarks.md) and with them the speedups. Workers are separate processes
-with their own CUDA contexts and are not affected by this lock.
-
-Held only for the reference's own timing rounds, not across the worker's rounds: a candidate
-that is slow to answer must not stall the judge's other evaluations. Re-entrant for the thread
-that holds it.
-Lock order: after the evaluator's timing lock and a reference's case lock; only the global RNG
-lock of reference.py is taken inside it.
-Does not cover: exclusivity between candidates' timing phases (judge.Evaluator.timing_lock).
+Covers: `judge_device(device)`, held around every piece of GPU work the judge process does
+itself (loading reference models, drawing inputs and computing reference outputs, filling and
+reading shared buffers, comparisons). It takes shared access of the device's gate
+(device_gate.py: no such work runs while a candidate and its reference are timed) and then a
+process-wide lock per device (`device_lock`): the judge's device-wide synchronizes (transport.py)
+must not wait for GPU work other judge threads queued meanwhile. Workers are separate processes
+with their own CUDA contexts; their requests take the gate themselves (candidate.py).
+Re-entrant for the thread that holds it; a no-op for "cpu" (CPU judging times nothing on the
+judge side: its reference runs stay parallel).
+Lock order: after a reference's case lock; only the global RNG lock of reference.py is taken
+inside it.
+Does not cover: exclusivity of timing (device_gate.py, gpu_timing.py).
 """
 
 from __future__ import annotations
 
 import threading
-from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-_LOCKS: dict[str, Any] = {}
+from tritonforge.evaluation.judge.device_gate import gate
+
+_LOCKS: dict[str, threading.RLock] = {}
 _GUARD = threading.Lock()
-_NO_LOCK = nullcontext()  # CPU judging times nothing: its reference runs stay parallel
 
 
-def judge_device(device: str) -> AbstractContextManager:
-    """The lock of `device` ("cuda:0", ...) in this process; a no-op for "cpu"."""
-    if device == "cpu":
-        return _NO_LOCK
+def device_lock(device: str) -> threading.RLock:
+    """The process-wide re-entrant lock of `device` ("cuda:0", ...)."""
     with _GUARD:
         lock = _LOCKS.get(device)
         if lock is None:
             lock = _LOCKS[device] = threading.RLock()
         return lock
+
+
+@contextmanager
+def judge_device(device: str) -> Iterator[None]:
+    """Shared access to `device` plus its judge lock; a no-op for "cpu"."""
+    if device == "cpu":
+        yield
+        return
+    with gate(device).shared(), device_lock(device):
+        yield

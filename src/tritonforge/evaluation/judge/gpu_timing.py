@@ -1,22 +1,32 @@
-"""GPU timing of a candidate against the live reference, and the post-timing re-check.
+"""Timing a correct candidate against its reference, and the post-timing re-check.
 
-Covers: `time_candidate` (rounds that interleave the worker's timed calls with the reference's
-in the judge process, exclusive per GPU; statistics and speedups; a correctness re-check on fresh
-inputs after timing; the timing rules of decide.py). Called by the Evaluator with itself as `ev`
-and the candidate's `CandidateRun`. Does not cover: the worker's timing loop (sandbox/worker.py),
-statistics (timing.py), the torch.compile baseline (Evaluator.compiled_reference).
+Covers: `time_candidate`. Before timing, the timing case and the re-check case are built and the
+device's trusted timing process loads the reference (ref_timer.py; shared access of the device).
+Then, with exclusive access of the device (device_gate.py: no correctness run, compile or judge
+work of ours on it meanwhile), rounds interleave the candidate's worker and the timing process,
+alternating which goes first (ABBA), both running the same timing code in the same kind of
+process (sandbox/timing_loop.py: L2 flush, CUDA-event device time floored by host time). The
+first trial of each side is dropped; speedups are ratios of medians with a 95% bootstrap
+interval. If the timing process dies, it is restarted and the candidate timed again once; a
+second death is a `judge_fault`. Every timed call of the candidate reports its launch signature
+(timing_loop.py); afterwards the candidate is checked once more on fresh inputs, fully audited
+(a candidate that behaves only while profiled is profiled right after), and the audit rules and
+the timing rules of decide.py apply (`launch_mismatch`: timed calls that launched differently
+from the profiled ones). Called by the Evaluator with itself as `ev`.
+Does not cover: the timing loop (sandbox/timing_loop.py), statistics (timing.py).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
-from tritonforge.evaluation.judge.compare import compare, output_bytes
+from tritonforge.evaluation.judge.compare import compare_to_reference, output_bytes
 from tritonforge.evaluation.judge.decide import (
     audit_switches,
     changed_after_timing,
@@ -26,68 +36,155 @@ from tritonforge.evaluation.judge.decide import (
     reclassify,
 )
 from tritonforge.evaluation.judge.gpu_lock import judge_device
-from tritonforge.evaluation.judge.timing import device_peaks, stats
-from tritonforge.evaluation.sandbox.protocol import unpack_buffer
+from tritonforge.evaluation.judge.ref_timer import ReferenceUnusable, RefTimer, TimerDied
+from tritonforge.evaluation.judge.reference import Case
+from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, device_peaks, stats
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Status, Verdict
 
 progress = get_logger("evaluation.progress")  # see judge.progress
 
 
+@dataclass
+class Rounds:
+    """Trials of one timing, first trial of each side dropped."""
+
+    cand: list[float] = field(default_factory=list)
+    base: list[float] = field(default_factory=list)
+    comp: list[float] = field(default_factory=list)
+    cand_host: list[float] = field(default_factory=list)
+    base_host: list[float] = field(default_factory=list)
+    comp_host: list[float] = field(default_factory=list)
+    launches: list[int] = field(default_factory=list)
+    signatures: list[str] = field(default_factory=list)  # every timed call's, first ones too
+    clocks: set[str] = field(default_factory=set)
+
+
 def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
-    """Time a correct candidate against the live reference and fill `v` (timings, speedups); a
-    timing rule or the post-timing re-check can still turn `v` into a reward hack. `ev` is the
-    Evaluator (its reference store, seeds, timing lock, reference timer and compiled baseline)."""
-    problem, ref, s, device, session = run.problem, run.ref, run.settings, run.device, run.session
-    progress.debug("timing: %d rounds against the live reference", s.perf_rounds)
+    """Time a correct candidate and fill `v` (timings, speedups and their intervals); a timing
+    rule or the post-timing re-check can still turn `v` into a reward hack."""
+    problem, ref, s = run.problem, run.ref, run.settings
+    progress.debug(
+        "timing: %d rounds against the reference (device's timing process)", s.perf_rounds
+    )
     case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
-    with judge_device(device):  # the reference's inputs: a device-to-device copy of the case
-        dev_inputs = list(unpack_buffer(case.desc, case.packed, keep_strides=True))
-    per_round = max(2, s.perf_trials // s.perf_rounds)
-    cand, base, comp, launches, signatures = [], [], [], [], []
+    post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
+    res = ev.resources(run.device)
     t = time.monotonic()
-    deadline = t + s.budgets.timing_s
-    with ev.timing_lock(device), torch.cuda.device(device):
-        timer = ev.reference_timer(device)
-        compiled_ref = ev.compiled_reference(problem, ref) if s.compile_baseline else None
-        if compiled_ref is not None:  # compile outside the judge's device lock (seconds)
-            with torch.no_grad():
-                compiled_ref(*dev_inputs)
-        for r in range(s.perf_rounds):
-            warm = s.perf_warmup if r == 0 else 1
-            carry, carry_fds = session.transport.send(case)
-            reply, extra = run.call(
-                {"op": "time", **carry, "warmup": warm, "trials": per_round},
-                carry_fds,
-                max(0.1, deadline - time.monotonic()),
-                "timing",
-            )
-            for fd in extra:  # the worker attaches nothing to this reply
-                os.close(fd)
-            if not reply.get("ok"):
-                raise Stop(failure_verdict(reply, "timing", True))
-            cand += reply["times_ms"][1:] if r == 0 else reply["times_ms"]
-            launches += reply["launches"]
-            signatures += [str(x) for x in reply.get("signatures") or []]
-            # no other judge thread puts work on the device while the reference is timed: its
-            # device-wide synchronize would wait for that work too (not held across the worker's
-            # round, so a slow candidate cannot stall the judge's other evaluations)
-            with judge_device(device):
-                base += timer.time(ref.model, dev_inputs, warm, per_round)[(1 if r == 0 else 0) :]
-                if compiled_ref is not None:
-                    comp += timer.time(compiled_ref, dev_inputs, warm, per_round)[
-                        (1 if r == 0 else 0) :
-                    ]
+    rounds = None
+    for attempt in (1, 2):
+        try:
+            rounds = _timed_rounds(res, run, case, t + s.budgets.timing_s)
+            break
+        except TimerDied as exc:
+            v.notes.append(f"timing attempt {attempt}: {exc}; timing process restarted")
+        except ReferenceUnusable as exc:
+            raise Stop(_judge_fault(f"the reference could not be timed: {exc}")) from None
+    if rounds is None:
+        raise Stop(_judge_fault("the reference timing process died twice; not timed"))
     run.phases["timing"] = time.monotonic() - t
+    _fill(v, rounds, s.bootstrap_samples)
+    _recheck(ev, run, v, case, post, rounds)
+
+
+def _judge_fault(message: str) -> Verdict:
+    return Verdict(status=Status.JUDGE_FAULT, phase="timing", message=message)
+
+
+def _timed_rounds(res: Any, run: CandidateRun, case: Case, deadline: float) -> Rounds:
+    s = run.settings
+    timer: RefTimer = res.timer
+    left = max(0.1, deadline - time.monotonic())
+    with res.gate.shared() as waited:  # loading and first calls are not timed work
+        run.waited += waited
+        key = timer.prepare(run.ref, case, s.compile_baseline, left)
+    per_round = max(2, s.perf_trials // s.perf_rounds)
+    out = Rounds()
+    with res.gate.exclusive() as waited, _on(run.device):
+        run.waited += waited
+        deadline += waited
+        for r in range(s.perf_rounds):
+            warm, skip = (s.perf_warmup, 1) if r == 0 else (1, 0)
+            sides = ["cand", "base"] + (["comp"] if s.compile_baseline else [])
+            for side in sides if r % 2 == 0 else sides[::-1]:
+                budget = max(0.1, deadline - time.monotonic())
+                if side == "cand":
+                    reply = _candidate_round(run, case, warm, per_round, budget)
+                    out.launches += [int(x) for x in _floats(reply.get("launches"))][skip:]
+                    out.signatures += [str(x) for x in reply.get("signatures") or []][:per_round]
+                else:
+                    reply = timer.time(
+                        key, side == "comp", case, warm, per_round, s.timing_clock, budget
+                    )
+                getattr(out, side).extend(_floats(reply.get("times_ms"))[skip:])
+                getattr(out, f"{side}_host").extend(_floats(reply.get("host_ms"))[skip:])
+                out.clocks.add(str(reply.get("clock", "host")))
+    return out
+
+
+def _on(device: str) -> Any:
+    return torch.cuda.device(device) if device.startswith("cuda") else _Null()
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _candidate_round(
+    run: CandidateRun, case: Case, warm: int, trials: int, budget: float
+) -> dict[str, Any]:
+    carry, carry_fds = run.session.transport.send(case)
+    msg = {
+        "op": "time",
+        **carry,
+        "warmup": warm,
+        "trials": trials,
+        "clock": run.settings.timing_clock,
+    }
+    reply, extra = run.call(msg, carry_fds, budget, "timing")
+    for fd in extra:  # the worker attaches nothing to this reply
+        os.close(fd)
+    if not reply.get("ok"):
+        raise Stop(failure_verdict(reply, "timing", True))
+    return reply
+
+
+def _floats(xs: Any) -> list[float]:
+    """Trial times from a reply (the candidate's is untrusted JSON): numbers only."""
+    if not isinstance(xs, list):
+        return []
+    return [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
+
+
+def _fill(v: Verdict, r: Rounds, samples: int) -> None:
+    """Timings, speedups and intervals; host times for every side unless all used events."""
+    events = r.clocks == {"cuda_events"} and len(r.cand_host) == len(r.cand)
+    cand, base, comp = (
+        (r.cand, r.base, r.comp) if events else (r.cand_host, r.base_host, r.comp_host)
+    )
+    if not cand or not base:
+        v.notes.append("timing produced no usable trials")
+        return
+    v.timing_clock = "cuda_events" if events else "host"
     v.runtime, v.ref_runtime = stats(cand, False), stats(base, False)
-    v.speedup = v.ref_runtime.median_ms / v.runtime.median_ms if v.runtime.median_ms > 0 else None
-    if comp:
+    if v.runtime.median_ms > 0:
+        v.speedup = v.ref_runtime.median_ms / v.runtime.median_ms
+        v.speedup_ci = bootstrap_ratio_ci(base, cand, samples)
+    if comp and v.runtime.median_ms > 0:
         v.ref_compile_runtime = stats(comp, False)
         v.speedup_vs_compile = v.ref_compile_runtime.median_ms / v.runtime.median_ms
-    # The candidate may have changed state during timing: check it once more on fresh inputs,
-    # fully audited (a candidate that behaves only while profiled is profiled right after).
-    post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
-    carry, carry_fds = session.transport.send(post)
+        v.speedup_vs_compile_ci = bootstrap_ratio_ci(comp, cand, samples)
+
+
+def _recheck(ev: Any, run: CandidateRun, v: Verdict, case: Case, post: Case, r: Rounds) -> None:
+    """The candidate may have changed state during timing: check it once more on fresh inputs,
+    fully audited, with the same rules as a correctness trial, then the timing rules."""
+    problem, s = run.problem, run.settings
+    carry, carry_fds = run.session.transport.send(post)
     reply, fds = run.call(
         {"op": "run", **carry, **audit_switches()},
         carry_fds,
@@ -99,34 +196,22 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
             os.close(fd)
         raise Stop(failure_verdict(reply, "correctness", True))
     outputs = run.outputs(reply, fds)
-    with judge_device(device):
-        status, mm, why = compare(
-            post.expected, outputs, s.tolerance, s.nan_policy, problem.atol, problem.rtol
-        )
+    with judge_device(run.device):
+        status, mm, why = compare_to_reference(post, outputs, s, problem)
     nbytes = sum(
         x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
     ) + output_bytes(case.expected)
-    history = run.signatures[1:]
+    peaks = device_peaks(run.device) if run.device.startswith("cuda") else None
     facts = reply.get("facts") or {}
     reclassify(reply["audit"])
     reply["audit"]["custom_share"] = ev.share(run, post, reply["audit"])
-    signatures.append(str(facts.get("signature")))
     hack = check_integrity(run.armed, reply["audit"]) or decide_audit(
-        reply["audit"], facts, s, session.unsolicited, None
+        reply["audit"], facts, s, run.session.unsolicited, None
     )
-    peaks = device_peaks(device)
     hack = hack or decide_timing(
-        v,
-        launches,
-        run.records,
-        status is Status.CORRECT,
-        problem,
-        nbytes,
-        s,
-        peaks,
-        signatures=signatures,
-        history=history,
-    )
+        v, r.launches, run.records, status is Status.CORRECT, problem, nbytes, s, peaks,
+        signatures=[*r.signatures, str(facts.get("signature"))], history=run.signatures[1:],
+    )  # fmt: skip
     if hack:
         v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
         v.correct = False

@@ -2,19 +2,22 @@
 
 Covers: finding the @triton.jit functions of a candidate (also under autotune/heuristics) and
 reporting names in their bodies that refer to module-level Python objects a compiled Triton
-kernel cannot use: modules other than triton and math (torch, numpy, os, ...), classes, plain
-Python functions (not @triton.jit), mutable or computed globals (dicts, lists, tensors) and
-globals rebound at runtime (`global NAME` in any function), plus the interpreter's internals
-(`.handle`, `.data`). On a GPU such a kernel fails to compile; under the CPU interpreter the body
-is plain Python and could compute with numpy or PyTorch out of the audit's sight, so it is a
-reward hack there. Plain-number globals, `tl.constexpr(...)` globals and other jit functions are
-allowed. Does not cover: anything at runtime (the launch recorder refuses Python functions and
-modules passed as kernel arguments, and audit.py flags PyTorch ops under a launch).
+kernel cannot use: modules other than triton, math and Inductor's kernel-side `triton_helpers`
+(torch, numpy, os, ...), classes, plain Python functions (not @triton.jit), mutable or computed
+globals (dicts, lists, tensors) and globals rebound at runtime (`global NAME` in any function),
+plus the interpreter's internals (`.handle`, `.data`). On a GPU such a kernel fails to compile;
+under the CPU interpreter the body is plain Python and could compute with numpy or PyTorch out of
+the audit's sight, so it is a reward hack there. Plain-number globals, `tl.constexpr(...)`
+globals and other jit functions are allowed. Does not cover: anything at runtime (the launch
+recorder refuses Python functions and modules passed as kernel arguments, and audit.py flags
+PyTorch ops under a launch).
 """
 
 from __future__ import annotations
 
 import ast
+
+from tritonforge.evaluation.judge.inductor_rules import KERNEL_HELPERS
 
 ALLOWED_MODULE_ROOTS = {"triton", "math"}
 INTERPRETER_INTERNALS = {"handle", "data"}  # a tl.tensor's interpreter storage (numpy arrays)
@@ -126,7 +129,11 @@ def python_in_kernel(tree: ast.Module) -> list[tuple[int, str]]:
             if node.id in local:
                 continue
             why = None
-            if node.id in modules and modules[node.id][0] not in ALLOWED_MODULE_ROOTS:
+            if (
+                node.id in modules
+                and modules[node.id][0] not in ALLOWED_MODULE_ROOTS
+                and modules[node.id][: len(KERNEL_HELPERS)] != KERNEL_HELPERS
+            ):
                 why = f"module {'.'.join(modules[node.id])}"
             elif names.get(node.id) in ("class", "state"):
                 why = f"Python object {node.id!r}"

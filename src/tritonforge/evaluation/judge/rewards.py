@@ -1,6 +1,10 @@
 """Rewards: pure functions from a Verdict to a float, in a registry keyed by name.
 
-Covers: `tritonforge`, `kevin`, `log_speedup`, and the hack penalty. Does not cover: per-turn
+Covers: `tritonforge`, `kevin`, `log_speedup`, `tritonforge_compile` (the `tritonforge` shape on
+the speedup over torch.compile(reference) instead of eager; needs `compile_baseline`),
+`tritonforge_original` (the original release's reward, preset `tritonforge`: like
+`tritonforge_compile`, but its 0.1 goes to a kernel that compiled and launched), and the hack
+penalty. Does not cover: per-turn
 returns or normalisation (see rollout.returns and rollout.buffer).
 """
 
@@ -23,15 +27,28 @@ def register(name: str) -> Callable[[RewardFn], RewardFn]:
     return deco
 
 
-@register("tritonforge")
-def tritonforge_reward(v: Verdict) -> float:
-    """0 for no code or a fault; 0.1 if it ran but was wrong; 0.3 + min(max(s-1, 0), 2) if correct."""
+def _shaped(v: Verdict, speedup: float | None) -> float:
     if v.status is Status.CORRECT:
-        s = v.speedup
-        return 0.3 + (min(max(s - 1.0, 0.0), 2.0) if s is not None else 0.0)
+        return 0.3 + (min(max(speedup - 1.0, 0.0), 2.0) if speedup is not None else 0.0)
     if v.status.ran:
         return 0.1
     return 0.0
+
+
+@register("tritonforge")
+def tritonforge_reward(v: Verdict) -> float:
+    """0 for no code or a fault; 0.1 if it ran but was wrong; 0.3 + min(max(s-1, 0), 2) if correct."""
+    return _shaped(v, v.speedup)
+
+
+@register("tritonforge_original")
+def tritonforge_original_reward(v: Verdict) -> float:
+    """The original TritonForge release: 0.1 if its kernels compiled and ran but it was wrong,
+    0.3 + min(max(s - 1, 0), 2) if correct, where s is the speedup against torch.compile
+    (Inductor default; 0.3 when that was not measured, e.g. on the CPU)."""
+    if v.status is Status.CORRECT:
+        return _shaped(v, v.speedup_vs_compile)
+    return 0.1 if v.compiled else 0.0
 
 
 @register("kevin")
@@ -52,6 +69,13 @@ def log_speedup_reward(v: Verdict) -> float:
     if v.status.ran:
         return 0.1
     return 0.0
+
+
+@register("tritonforge_compile")
+def tritonforge_compile_reward(v: Verdict) -> float:
+    """`tritonforge` with the speedup over torch.compile(reference): 0.3 + min(max(s-1, 0), 2) if
+    correct (s = speedup_vs_compile; 0.3 when it was not measured), 0.1 if wrong, else 0."""
+    return _shaped(v, v.speedup_vs_compile)
 
 
 def compute_reward(v: Verdict, name: str = "tritonforge", hack_penalty: float = 0.0) -> float:

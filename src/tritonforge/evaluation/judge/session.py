@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tritonforge.evaluation.judge.forkserver import ChildExit, ForkServer
-from tritonforge.evaluation.sandbox.protocol import PeerClosed, Reader, send_msg
+from tritonforge.evaluation.sandbox.protocol import Deadline, PeerClosed, Reader, send_msg
 
 # Kineto's own start/stop log lines (the profiler runs inside the worker): not the candidate's output.
 _PROFILER_NOISE = re.compile(r"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\].*\n?", re.MULTILINE)
@@ -87,14 +87,27 @@ class Session:
         self.closed = False
 
     def request(
-        self, msg: dict[str, Any], fds: list[int] | None, deadline: float
+        self,
+        msg: dict[str, Any],
+        fds: list[int] | None,
+        deadline: float,
+        extend: Callable[[], float | None] | None = None,
     ) -> tuple[dict[str, Any], list[int]]:
-        """Send one request and wait for its reply until `deadline` (time.monotonic)."""
+        """Send one request and wait for its reply until `deadline` (time.monotonic); when it
+        passes, `extend` may give a later one (budget.LoadAwareBudget) or None (Deadline)."""
         try:
             send_msg(self.sock, msg, fds)
         except OSError as exc:
             raise PeerClosed(f"worker gone: {exc}") from exc
-        reply, rfds = self.reader.recv(deadline)
+        while True:
+            try:
+                reply, rfds = self.reader.recv(deadline)
+                break
+            except Deadline:
+                later = extend() if extend is not None else None
+                if later is None:
+                    raise
+                deadline = later
         if self.reader.pending():
             self.unsolicited = True  # the real worker never sends more than one reply
         return reply, rfds

@@ -1,7 +1,8 @@
 """Summaries over many verdicts: correctness rate, fast_p, geometric-mean speedup, fault histogram.
 
-Covers: `summarize` (per-problem best verdict, missing problems counted as failures), markdown
-rendering and a plot. Shared by `eval-dir` and `bench-model`. Does not cover: producing verdicts.
+Covers: `summarize` (per-problem best verdict, missing problems counted as failures; speedups
+over eager and over torch.compile where it was timed; the judge's own faults counted apart from
+candidate statuses), markdown rendering and a plot. Shared by `eval-dir` and `bench-model`. Does not cover: producing verdicts.
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ def summarize(by_problem: dict[str, list[Verdict]], all_problems: list[str]) -> 
     chosen = {pid: best(vs) for pid, vs in by_problem.items() if vs}
     correct = [v for v in chosen.values() if v.status is Status.CORRECT]
     timed = [v.speedup for v in correct if v.speedup is not None]
+    timed_c = [v.speedup_vs_compile for v in correct if v.speedup_vs_compile is not None]
     fast = {}
     for p in FAST_P:
         hits = sum(1 for v in correct if v.speedup is not None and v.speedup > p)
         fast[f"fast_{p:g}"] = hits / n if n and timed else None
-    hist = Counter(v.status.value for vs in by_problem.values() for v in vs)
+    fast["fast_1_vs_compile"] = sum(1 for s in timed_c if s > 1.0) / n if n and timed_c else None
+    every = [v for vs in by_problem.values() for v in vs]
+    judge = [v for v in every if v.status.is_judge_fault]
+    hist = Counter(v.status.value for v in every if not v.status.is_judge_fault)
     missing = [pid for pid in all_problems if pid not in chosen]
     if missing:
         hist["missing"] = len(missing)
@@ -44,15 +49,22 @@ def summarize(by_problem: dict[str, list[Verdict]], all_problems: list[str]) -> 
         "correctness_rate": len(correct) / n if n else 0.0,
         "compiled_rate": sum(1 for v in chosen.values() if v.compiled) / n if n else 0.0,
         **fast,
-        "geomean_speedup": math.exp(sum(math.log(s) for s in timed) / len(timed))
-        if timed
-        else None,
+        "geomean_speedup": _geomean(timed),
+        "geomean_speedup_vs_compile": _geomean(timed_c),
         "mean_reward": sum(v.reward for v in chosen.values()) / n if n else 0.0,
         "fault_histogram": dict(hist.most_common()),
+        # the judge's own failures (out of memory after a retry alone, timing process deaths):
+        # not candidate statuses; those problems were not judged
+        "judge_faults": {"count": len(judge), "problems": sorted({v.problem_id for v in judge})},
         "hack_rules": dict(rules.most_common()),
         "missing": missing,
         "timed": bool(timed),
     }
+
+
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
 def to_markdown(summary: dict[str, Any], rows: list[tuple[str, Verdict]] | None = None) -> str:
@@ -70,10 +82,15 @@ def to_markdown(summary: dict[str, Any], rows: list[tuple[str, Verdict]] | None 
         "correctness_rate",
         "compiled_rate",
         *[f"fast_{p:g}" for p in FAST_P],
+        "fast_1_vs_compile",
         "geomean_speedup",
+        "geomean_speedup_vs_compile",
         "mean_reward",
     ):
         lines.append(f"| {key} | {fmt(summary.get(key))} |")
+    jf = summary.get("judge_faults") or {}
+    if jf.get("count"):
+        lines.append(f"| judge_faults (not judged) | {jf['count']} |")
     lines += ["", "| status | count |", "|---|---|"] + [
         f"| {k} | {v} |" for k, v in summary["fault_histogram"].items()
     ]
@@ -83,12 +100,25 @@ def to_markdown(summary: dict[str, Any], rows: list[tuple[str, Verdict]] | None 
             "fast_p and speedups are n/a: nothing was timed (the CPU interpreter checks correctness only).",
         ]
     if rows:
-        lines += ["", "| problem | status | speedup | reward |", "|---|---|---|---|"]
         lines += [
-            f"| {pid} | {v.status.value}{' (' + v.rule + ')' if v.rule else ''} | {fmt(v.speedup)} | {v.reward:.3f} |"
+            "",
+            "| problem | status | speedup (95% interval) | vs torch.compile | reward |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {pid} | {v.status.value}{' (' + v.rule + ')' if v.rule else ''} | "
+            f"{speedup_cell(v.speedup, v.speedup_ci)} | "
+            f"{speedup_cell(v.speedup_vs_compile, v.speedup_vs_compile_ci)} | {v.reward:.3f} |"
             for pid, v in rows
         ]
     return "\n".join(lines) + "\n"
+
+
+def speedup_cell(speedup: float | None, ci: list[float] | None) -> str:
+    """'1.23 (1.18-1.29)', '1.23', or 'n/a'."""
+    if speedup is None:
+        return "n/a"
+    return f"{speedup:.3f}" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
 
 
 def plot(summary: dict[str, Any], path: Path) -> Path:

@@ -1,27 +1,25 @@
-"""Timing: statistics, the judge-side timing of the reference, and plausibility bounds.
+"""Timing statistics: per-callable summaries, the speedup's bootstrap interval, plausibility bounds.
 
-Covers: `stats` (median, mean, std, min, max over trials after dropping the first), timing the
-reference (eager, and torch.compile as a second baseline) in the judge process with the same
-method the worker uses for the candidate (L2 flush before each trial, host timer around the
-call, device-wide synchronize so side streams count), and a roofline bound on speedup from the
-peaks of the device in use (tritonforge.hardware.DEVICE_PEAKS).
-Does not cover: the candidate's timing loop (sandbox/worker.py) or the interleaving schedule (gpu_timing.py).
-On the CPU interpreter nothing is timed: interpreted Triton says nothing about GPU speed.
+Covers: `stats` (median, mean, std, min, max over trials), `bootstrap_ratio_ci` (the 95%
+percentile-bootstrap interval of median(numerator) / median(denominator), resampling each side's
+trials, deterministic for given data), `device_peaks` and `roofline_ms` (a lower bound on
+runtime from the peaks of the device in use, tritonforge.hardware.DEVICE_PEAKS).
+Does not cover: taking the times (sandbox/timing_loop.py, in the candidate's worker and in the
+device's timing process) or the schedule (gpu_timing.py).
+On the CPU interpreter nothing is timed by default: interpreted Triton says nothing about GPU speed.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import statistics
-import time
-from typing import Any
 
+import numpy as np
 import torch
 
 from tritonforge.hardware import DevicePeaks, peaks_for
 from tritonforge.types import Timing
-
-L2_FLUSH_BYTES = 256 * 1024 * 1024
 
 
 def stats(times_ms: list[float], drop_first: bool = True) -> Timing:
@@ -36,30 +34,23 @@ def stats(times_ms: list[float], drop_first: bool = True) -> Timing:
     )
 
 
-class ReferenceTimer:
-    """Times a callable on one CUDA device the same way the worker times candidates."""
-
-    def __init__(self, device: str):
-        self.device = device
-        self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-
-    def _sync(self) -> None:
-        torch.cuda.synchronize(self.device)
-
-    def time(self, fn, inputs: list[Any], warmup: int, trials: int) -> list[float]:
-        out = []
-        with torch.no_grad():
-            for _ in range(warmup):
-                fn(*inputs)
-            self._sync()
-            for _ in range(trials):
-                self.flush.zero_()
-                self._sync()
-                t0 = time.perf_counter_ns()
-                fn(*inputs)
-                self._sync()
-                out.append((time.perf_counter_ns() - t0) / 1e6)
-        return out
+def bootstrap_ratio_ci(
+    numerator: list[float], denominator: list[float], samples: int = 2000, level: float = 0.95
+) -> list[float] | None:
+    """[low, high] of median(numerator) / median(denominator) by the percentile bootstrap (each
+    side resampled with replacement on its own). None without at least 2 positive trials each."""
+    num = np.asarray([x for x in numerator if x > 0], dtype=np.float64)
+    den = np.asarray([x for x in denominator if x > 0], dtype=np.float64)
+    if num.size < 2 or den.size < 2:
+        return None
+    seed = int(hashlib.sha256(num.tobytes() + den.tobytes()).hexdigest()[:12], 16)
+    rng = np.random.default_rng(seed)
+    n_med = np.median(num[rng.integers(0, num.size, (samples, num.size))], axis=1)
+    d_med = np.median(den[rng.integers(0, den.size, (samples, den.size))], axis=1)
+    ratios = n_med / d_med
+    tail = (1.0 - level) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return [float(f"{low:.4g}"), float(f"{high:.4g}")]
 
 
 @functools.lru_cache(maxsize=16)

@@ -194,14 +194,27 @@ def tamper_check() -> None:
     ):
         _violation("judge_tamper", "the evaluator's stubs were rebound")
     for cls, snapshot in STATE.classes:
-        now = dict(cls.__dict__)
-        if now.keys() != snapshot.keys() or any(now[k] is not v for k, v in snapshot.items()):
-            changed = sorted(
-                k for k in now.keys() | snapshot.keys() if now.get(k) is not snapshot.get(k)
-            )
+        changed = _patched(cls, snapshot)
+        if changed:
             _violation("judge_tamper", f"{cls.__name__} was patched ({', '.join(changed[:4])})")
     if sys.gettrace() is not None or sys.getprofile() is not None:
         _violation("judge_tamper", "a trace/profile function was installed")
+
+
+_MISSING = object()
+
+
+def _patched(cls: type, snapshot: dict[str, Any]) -> list[str]:
+    """Names of `cls` changed since its snapshot: an attribute replaced or removed, or a new one
+    that is a dunder or shadows a base class's (`T.detach = f` over the C `TensorBase.detach`).
+    A new plain name that no base has changes nothing the evaluator calls: transformers adds
+    `nn.Module.smart_apply` the first time it initialises a model's weights (a level-4 candidate
+    builds its Hugging Face model in `__init__`)."""
+    now = cls.__dict__
+    inherited = {n for base in cls.__mro__[1:] for n in vars(base)}
+    changed = [k for k, v in snapshot.items() if now.get(k, _MISSING) is not v]
+    changed += [k for k in now if k not in snapshot and (k.startswith("__") or k in inherited)]
+    return sorted(changed)
 
 
 def integrity() -> dict[str, Any]:
@@ -230,6 +243,7 @@ def preload(cpu: bool) -> None:
         torch.zeros(2).clone()
     # classes whose methods the evaluator calls on the candidate's objects: any patch (also a
     # new attribute shadowing a C method, e.g. `T = torch.Tensor; T.detach = f`) is tampering
+    # (`_patched`: a new plain name no base class has is not)
     for cls in (torch.Tensor, torch.UntypedStorage, torch.nn.Module):
         STATE.classes.append((cls, dict(cls.__dict__)))
     _PRELOADED = True
@@ -268,14 +282,17 @@ class ForwardRecord:
     shapes: list[list[Any]] | None = None  # compute ops with input shapes (hybrid work share)
     lineage: bool = False  # output provenance was tracked (lineage.provenance is meaningful)
     signature: list[str] | None = None  # filled by the worker once the outputs are known
+    compute_log: list[tuple[str, bool, int]] | None = None  # see audit_state.AuditState
 
 
 def begin_call(input_ptrs: dict[int, int]) -> None:
-    """Start one forward call (audited or light): fresh launch records and signature."""
+    """Start one forward call (audited or light): fresh launch records, signature and compute
+    log."""
     STATE.launches = []
     STATE.raw = []
     STATE.snapshots = 0
     STATE.derived = {}
+    STATE.compute_log = []
     STATE.input_ptrs = input_ptrs
 
 
@@ -356,7 +373,14 @@ def _finish(prof: Any, token: str, threads_before: set, tracked: bool) -> Forwar
     if started:
         _violation("background_thread", f"{len(started)} thread(s) still running after forward")
     return ForwardRecord(
-        list(STATE.launches), p.ops, p.glue, len(started), list(STATE.violations), p.shapes, tracked
+        list(STATE.launches),
+        p.ops,
+        p.glue,
+        len(started),
+        list(STATE.violations),
+        p.shapes,
+        tracked,
+        compute_log=list(STATE.compute_log),
     )
 
 

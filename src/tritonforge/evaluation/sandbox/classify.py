@@ -1,7 +1,11 @@
 """Turning a candidate's exception into a status and a message a model can act on.
 
 Covers: `classify_exception` (status by exception type and message, e.g. Triton compile errors,
-out-of-resources, illegal memory access; CUDA and HIP error texts) and `trim_traceback` (keeps the candidate's own frames
+out-of-resources, illegal memory access; CUDA and HIP error texts), `is_device_oom` (an exception
+that means the device ran out of memory, including the caching allocator's NVML asserts and
+library handles that could not be allocated; the judge uses it on its own errors too),
+`requested_bytes` (the figure in a CUDA out-of-memory message), `memory_facts` (the process's
+and the device's memory at such an error) and `trim_traceback` (keeps the candidate's own frames
 and the final error, drops framework noise, bounds the length). Runs in the worker; returns
 plain strings so nothing crosses the process boundary but JSON. Does not cover: crash signals
 and timeouts (decided by the judge from exit codes and deadlines).
@@ -9,6 +13,7 @@ and timeouts (decided by the judge from exit codes and deadlines).
 
 from __future__ import annotations
 
+import re
 import traceback
 from typing import Any
 
@@ -32,6 +37,19 @@ OUT_OF_RESOURCES_TEXTS = (
     "hiperroroutofmemory",
 )
 NO_BINARY_TEXTS = ("hiperrornobinaryforgpu", "invalid device function")
+# of those, the ones that mean device memory ran out (Triton's "out of resource: shared memory"
+# does not), and what the driver, libraries and allocator say when it does
+_DEVICE_OOM_TEXT = (
+    "cuda out of memory",
+    "hip out of memory",
+    "hiperroroutofmemory",
+    "cuda_error_out_of_memory",
+    "cudaerrormemoryallocation",
+    "cublas_status_alloc_failed",
+    "cudnn_status_alloc_failed",
+)
+_TRIED = re.compile(r"tried to allocate ([0-9.]+) ?([kmgt]i?b)", re.IGNORECASE)
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -43,6 +61,55 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
+def is_device_oom(exc: BaseException) -> bool:
+    """The exception (or one in its chain) says the device ran out of memory."""
+    for e in _chain(exc):
+        if type(e).__name__ == "OutOfMemoryError":
+            return True
+        text = str(e).lower()
+        if any(k in text for k in _DEVICE_OOM_TEXT):
+            return True
+        # the caching allocator asks NVML about memory while failing an allocation; in a sandbox
+        # without NVML access that turns into an internal assert instead of the OOM message
+        if "nvml_success" in text and ("cudacachingallocator" in text or "assert" in text):
+            return True
+    return False
+
+
+def requested_bytes(text: str) -> int | None:
+    """Bytes of the failed allocation in a CUDA OOM message ("Tried to allocate 2.00 GiB")."""
+    m = _TRIED.search(text)
+    if m is None:
+        return None
+    return int(float(m.group(1)) * _UNITS.get(m.group(2)[0].lower(), 1))
+
+
+def memory_facts(device: str, message: str) -> dict[str, int]:
+    """Device memory figures at an out-of-memory error (whatever can still be read)."""
+    facts: dict[str, int] = {}
+    asked = requested_bytes(message)
+    if asked is not None:
+        facts["requested"] = asked
+    if not device.startswith("cuda"):
+        return facts
+    import torch
+
+    for name, fn in (
+        ("allocated", torch.cuda.memory_allocated),
+        ("reserved", torch.cuda.memory_reserved),
+    ):
+        try:
+            facts[name] = int(fn())
+        except Exception:
+            pass
+    try:
+        free, total = torch.cuda.mem_get_info()
+        facts["device_free"], facts["device_total"] = int(free), int(total)
+    except Exception:
+        pass
+    return facts
+
+
 def classify_exception(exc: BaseException, phase: str, in_kernel: bool = False) -> Status:
     """Status for an exception raised by candidate code in `phase` (import|init|forward)."""
     names = " ".join(f"{type(e).__module__}.{type(e).__name__}" for e in _chain(exc))
@@ -52,8 +119,8 @@ def classify_exception(exc: BaseException, phase: str, in_kernel: bool = False) 
     if "defaultcpuallocator" in text or "can't allocate memory" in text:
         return Status.RESOURCE_LIMIT  # host allocation refused under the sandbox's memory rlimit
     if (
-        "OutOfResources" in names
-        or "OutOfMemoryError" in names
+        is_device_oom(exc)
+        or "OutOfResources" in names
         or any(k in text for k in OUT_OF_RESOURCES_TEXTS)
     ):
         return Status.OUT_OF_RESOURCES
@@ -89,7 +156,8 @@ def trim_traceback(exc: BaseException, candidate_path: str, limit: int = MAX_MES
                 if f.line:
                     lines.append(f"    {f.line.strip()}")
         detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-        lines.append(detail.replace(candidate_path, "candidate.py"))
+        # (no path before the candidate is loaded: replacing "" would garble every character)
+        lines.append(detail.replace(candidate_path, "candidate.py") if candidate_path else detail)
     text = "\n".join(lines)
     if len(text) > limit:
         head = limit // 3

@@ -2,10 +2,15 @@
 
 Covers: `classify_op(name) -> "glue" | "compute"`. Glue is what a Triton solution legitimately
 needs around its kernels and cannot compute anything from the inputs by itself: allocation
-(including constant fills), views and reshapes, layout copies (`contiguous`, `clone`, `copy_`),
-dtype casts, and metadata queries. Everything else (arithmetic, reductions, matmuls, scalar
-reads such as `_local_scalar_dense`, indexing with tensors) is compute. Documented for users in
-docs/security.md; a change here is a change to what strict mode accepts, so it needs a test.
+(including constant fills and `empty_strided`), views and reshapes (also the composite ones the
+profiler records under their own names: `reshape_as`, `view_as`, `expand_as`, `broadcast_to`,
+`ravel`, `mT`, ...), layout copies (`contiguous`, `clone`, `copy_`), dtype casts, and metadata
+queries. Everything else (arithmetic, reductions, matmuls, scalar
+reads such as `_local_scalar_dense`, indexing with tensors) is compute. Also `EPILOGUE` (the
+compute ops that may close a forward as its epilogue, judged by decide.py), `base_name` and
+`glue_digest` (the worker reports the digest of its copy; the judge compares with its own).
+Documented for users in docs/security.md; a change here is a change to what strict mode
+accepts, so it needs a test.
 """
 
 from __future__ import annotations
@@ -70,6 +75,30 @@ VIEWS = {
     "view_as_complex",
     "_reshape_copy",
     "unsafe_split",
+    # composite view/shape ops the profiler records under their own names (their children are
+    # the views above): same data, another shape
+    "reshape_as",
+    "broadcast_to",
+    "ravel",
+    "mT",
+    "mH",
+    "numpy_T",
+    "matrix_H",
+    "adjoint",
+    "moveaxis",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "tensor_split",
+    "hsplit",
+    "vsplit",
+    "dsplit",
+    "unsafe_chunk",
+    "squeeze_",
+    "unsqueeze_",
+    "transpose_",
+    "t_",
+    "as_strided_",
 }
 LAYOUT = {
     "contiguous",
@@ -80,6 +109,8 @@ LAYOUT = {
     "_to_copy",
     "to",
     "type_as",
+    "resolve_conj",
+    "resolve_neg",
 }
 METADATA = {
     "size",
@@ -96,14 +127,32 @@ METADATA = {
     "set_",
     "record_stream",
     "_version",
+    "is_floating_point",
+    "is_complex",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "sym_storage_offset",
+    "detach_",
+    "requires_grad_",
 }
 GLUE = frozenset(ALLOCATION | VIEWS | LAYOUT | METADATA)
+# Compute ops that may close a forward as its epilogue: a reduction or a scale/offset whose work
+# is linear in the kernel output it reads (judge/decide.py: allowed and reported in hybrid mode,
+# rule `torch_epilogue` in strict mode). Matmuls, convolutions and anything superlinear never are.
+EPILOGUE = frozenset(
+    {"mean", "sum", "div", "mul", "add", "sub", "neg", "amax", "amin", "max", "min"}
+)
+
+
+def base_name(name: str) -> str:
+    """'add' for 'aten::add', 'aten::add.Tensor' or 'add'."""
+    return name.split("::", 1)[-1].split(".", 1)[0]
 
 
 def classify_op(name: str) -> str:
     """'glue' or 'compute' for a profiler event name like 'aten::add' or 'aten::copy_'."""
-    base = name.split("::", 1)[-1].split(".", 1)[0]
-    return "glue" if base in GLUE else "compute"
+    return "glue" if base_name(name) in GLUE else "compute"
 
 
 def glue_digest(glue: frozenset[str] = GLUE) -> str:

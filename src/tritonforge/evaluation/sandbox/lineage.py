@@ -4,7 +4,9 @@ Covers: the hook's side of `stubs.Lineage`, a TorchDispatchMode active during au
 per storage pointer, whether its current content came from a Triton kernel (the launch recorder
 marks the buffers a launch changed) or was copied by allowed glue (clone, contiguous,
 `.to(dtype)`, `copy_`) from such a storage; allocation and constant fills reset it; compute ops
-never set it. `provenance(outputs)` turns that into per-output facts for decide.py.
+never set it. `provenance(outputs)` turns that into per-output facts for decide.py. It also logs
+each compute op in order (`STATE.compute_log`: whether all it read was kernel data, launches
+before it), from which decide.py recognises a PyTorch epilogue after the kernels.
 
 Why a dispatch mode is safe here even though a candidate can disable dispatch modes: this layer
 only grants provenance, never hides anything; switching it off makes outputs look un-written and
@@ -42,17 +44,26 @@ def _ptr(t: torch.Tensor) -> int:
         return 0
 
 
+MAX_COMPUTE_LOG = 64
+
+
 def _record(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
     schema = func._schema
     written: set[int] = set()
     read: set[int] = set()
+    big_reads: list[int] = []  # storages of the non-scalar tensors read (scalars are constants)
     for i, a in enumerate(schema.arguments):
         value = kwargs[a.name] if a.name in kwargs else (args[i] if i < len(args) else None)
-        ptrs = {_ptr(t) for t in _tensors(value, [])}
+        tensors = _tensors(value, [])
+        ptrs = {_ptr(t) for t in tensors}
         if a.alias_info is not None and a.alias_info.is_write:
             written |= ptrs
         else:
             read |= ptrs
+            big_reads += [_ptr(t) for t in tensors if CAP.numel(t) > 1]
+    if classify_op(schema.name) == "compute" and len(STATE.compute_log) < MAX_COMPUTE_LOG:
+        reads_kernel = bool(big_reads) and all(STATE.derived.get(p, False) for p in big_reads)
+        STATE.compute_log.append((schema.name, reads_kernel, len(STATE.launches)))
     inputs = written | read
     written |= {p for p in (_ptr(t) for t in _tensors(result, [])) if p not in inputs}
     written.discard(0)

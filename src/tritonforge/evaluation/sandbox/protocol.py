@@ -180,7 +180,26 @@ def _collect(value: Any, tensors: list[torch.Tensor], depth: int = 0) -> Any:
             "t": "tuple" if isinstance(value, tuple) else "list",
             "v": [_collect(x, tensors, depth + 1) for x in value],
         }
+    if _is_hf_config(value):  # a level-4 init input: travels as its JSON dict
+        return {"t": "hf_config", "v": json.loads(value.to_json_string(use_diff=False))}
     raise ProtocolError(f"cannot transfer a value of type {type(value).__name__}")
+
+
+def _is_hf_config(value: Any) -> bool:
+    """A transformers PretrainedConfig, recognised without importing transformers."""
+    names = {"PretrainedConfig", "PreTrainedConfig"}  # transformers 4 and 5
+    return any(c.__name__ in names for c in type(value).__mro__) and hasattr(
+        value, "to_json_string"
+    )
+
+
+def _hf_config(v: Any) -> Any:
+    """Rebuild a transformers config from its dict (trusted direction only: judge -> worker)."""
+    if not isinstance(v, dict) or not isinstance(v.get("model_type"), str):
+        raise ProtocolError("bad hf_config")
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(**v)
 
 
 def _layout(value: Any) -> tuple[Any, list[torch.Tensor], list[dict[str, Any]], int]:
@@ -260,10 +279,15 @@ def pack_into(value: Any, buf: torch.Tensor) -> dict[str, Any] | None:
 
 
 def unpack(
-    desc: dict[str, Any], fd: int, keep_strides: bool = False, device: str | None = None
+    desc: dict[str, Any],
+    fd: int,
+    keep_strides: bool = False,
+    device: str | None = None,
+    objects: bool = False,
 ) -> Any:
     """Rebuild the value described by `desc` from `fd`, copying tensors into private memory:
     host memory, or with `device` (e.g. "cuda:0") straight into device memory (one copy).
+    `objects`: also rebuild Hugging Face configs (only for what the judge sends).
 
     Validates every field: an attacker-controlled descriptor can at worst raise ProtocolError.
     """
@@ -279,7 +303,7 @@ def unpack(
             return raw.to(device) if on_device else raw.clone()
 
     try:
-        return _unpack(desc, size, region, keep_strides, device if on_device else "cpu")
+        return _unpack(desc, size, region, keep_strides, device if on_device else "cpu", objects)
     finally:
         if mm is not None:
             mm.close()
@@ -299,7 +323,9 @@ def unpack_buffer(
     return _unpack(desc, buf.numel(), region, keep_strides, str(buf.device))
 
 
-def _unpack(desc: Any, size: int, region: Any, keep_strides: bool, device: str) -> Any:
+def _unpack(
+    desc: Any, size: int, region: Any, keep_strides: bool, device: str, objects: bool = False
+) -> Any:
     if not isinstance(desc, dict) or not isinstance(desc.get("tensors"), list):
         raise ProtocolError("descriptor without a tensor list")
     metas = desc["tensors"]
@@ -315,7 +341,7 @@ def _unpack(desc: Any, size: int, region: Any, keep_strides: bool, device: str) 
     except (TypeError, ValueError, OverflowError, RuntimeError) as exc:  # e.g. absurd shapes
         first = (str(exc).splitlines() or [""])[0]
         raise ProtocolError(f"bad tensor descriptor: {type(exc).__name__}: {first}"[:300]) from None
-    return _build(desc.get("tree"), tensors, 0)
+    return _build(desc.get("tree"), tensors, 0, objects)
 
 
 def _is_int(x: Any) -> bool:
@@ -368,7 +394,7 @@ def _tensor_from(
     return out
 
 
-def _build(node: Any, tensors: list[torch.Tensor], depth: int) -> Any:
+def _build(node: Any, tensors: list[torch.Tensor], depth: int, objects: bool = False) -> Any:
     if depth > MAX_DEPTH or not isinstance(node, dict):
         raise ProtocolError("bad value tree")
     kind = node.get("t")
@@ -386,8 +412,10 @@ def _build(node: Any, tensors: list[torch.Tensor], depth: int) -> Any:
         items = node.get("v")
         if not isinstance(items, list) or len(items) > 4 * MAX_TENSORS:
             raise ProtocolError("bad sequence")
-        built = [_build(x, tensors, depth + 1) for x in items]
+        built = [_build(x, tensors, depth + 1, objects) for x in items]
         return tuple(built) if kind == "tuple" else built
+    if kind == "hf_config" and objects:
+        return _hf_config(node.get("v"))
     raise ProtocolError(f"unknown value kind {kind!r}")
 
 

@@ -57,6 +57,7 @@ class _Captured:
         self.eq = _TB.eq
         self.all = _TB.all
         self.item = _TB.item
+        self.numel = _TB.numel
         self.set_ = _TB.set_
         self.equal = torch.equal
         self.empty = torch.empty

@@ -1,13 +1,18 @@
 """Worker: the sandboxed child that imports one candidate and runs what the judge asks.
 
-Covers the child side of the protocol: `load` (write the source to scratch, warm the profiler,
-install the seccomp filter, arm the audit, seal the process, import, build ModelNew with the
-judge's seed and init inputs), `run` (one correctness trial: inputs from shared memory, forward
-under audit, the outputs checked to be plain tensors and copied out inside the audited scope;
-the last trial first calls forward once more on the same tensors, light, for the caching check),
-`time` (warmup and timed trials with captured timers, L2 flush, device-wide synchronize; every
-timed call's launch signature) and `exit`. Every reply is a JSON object; failures carry a status
-name and a trimmed message. Reference outputs never exist here: the judge keeps them.
+Covers the child side of the protocol: `load` (write the source to scratch, rebuild the init
+inputs (a Hugging Face config too), import the Inductor runtime helpers the candidate uses, warm
+the profiler, install the seccomp filter, arm the audit, seal the process, import, build
+ModelNew with the judge's seed and init inputs), `run` (one correctness trial: inputs from
+shared memory, forward under audit, the outputs checked to be plain tensors and copied out
+inside the audited scope; the last trial first calls forward once more on the same tensors,
+light, for the caching check), `time` (warmup and timed trials: timing_loop.py, the same code
+for candidates and references; every timed call's launch signature), `ref_load`/`ref_drop`
+(the device's trusted timing process: reference_host.py) and `exit`. Every reply is a JSON
+object; failures carry a status name and a trimmed message, and a device out-of-memory error
+anywhere in a request (the candidate's code or ours) is answered as `out_of_resources` with the
+memory figures of the moment instead of ending the process. Reference outputs never exist here:
+the judge keeps them.
 
 Does not cover: isolation (isolation.py, applied before `main`), judging (judge/).
 """
@@ -15,7 +20,6 @@ Does not cover: isolation (isolation.py, applied before `main`), judging (judge/
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import socket
 import sys
@@ -25,10 +29,20 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox import audit, outputs, sealed, seccomp
+from tritonforge.evaluation.sandbox import (
+    audit,
+    inductor_compat,
+    outputs,
+    reference_host,
+    sealed,
+    seccomp,
+    timing_loop,
+)
 from tritonforge.evaluation.sandbox.classify import (
     classify_exception,
+    is_device_oom,
     kernel_codes,
+    memory_facts,
     raised_in_kernel,
     trim_traceback,
 )
@@ -40,8 +54,6 @@ from tritonforge.evaluation.sandbox.protocol import (
     unpack_buffer,
 )
 from tritonforge.types import Status
-
-L2_FLUSH_BYTES = 256 * 1024 * 1024
 
 
 class Worker:
@@ -56,7 +68,10 @@ class Worker:
         self.path = ""
         self.kernel_codes: set = set()
         self.flush: torch.Tensor | None = None
-        self.timing_inputs: tuple[str, list[Any]] | None = None  # (descriptor, device inputs)
+        # per timed model ("" = the candidate): (memfd identity + descriptor, device inputs)
+        self.timing_inputs: dict[str, tuple[str, list[Any]]] = {}
+        self.references: dict[str, reference_host.Loaded] = {}  # the timing process's models
+        self.references_profiled = False
         self.shared_in: torch.Tensor | None = None  # the judge's shared device buffers
         self.shared_out: torch.Tensor | None = None
 
@@ -66,13 +81,16 @@ class Worker:
 
     def fail(self, exc: BaseException, phase: str) -> None:
         status = classify_exception(exc, phase, raised_in_kernel(exc, self.kernel_codes))
+        message = trim_traceback(exc, self.path)
+        extra = {"memory": memory_facts(self.device, message)} if is_device_oom(exc) else {}
         self.reply(
             {
                 "ok": False,
                 "status": status.value,
                 "phase": phase,
-                "message": trim_traceback(exc, self.path),
+                "message": message,
                 "audit": self._audit_extra(),
+                **extra,
             }
         )
 
@@ -88,13 +106,17 @@ class Worker:
         if self.device.startswith("cuda"):
             audit.STATE.originals["cuda_sync"]()
 
-    def _inputs(self, msg: dict[str, Any], fds: list[int]) -> list[Any]:
+    def _inputs(self, msg: dict[str, Any], fds: list[int], objects: bool = False) -> list[Any]:
         try:
             if msg.get("shared") and self.shared_in is not None:
                 # views of the judge's shared device buffer: no copy at all
                 return list(unpack_buffer(msg["inputs"], self.shared_in, True, copy=False))
             # straight from the judge's sealed memfd into device memory
-            return list(unpack(msg["inputs"], fds[0], keep_strides=True, device=self.device))
+            return list(
+                unpack(
+                    msg["inputs"], fds[0], keep_strides=True, device=self.device, objects=objects
+                )
+            )
         finally:
             for fd in fds:
                 os.close(fd)
@@ -140,10 +162,22 @@ class Worker:
             torch.empty(1, device=self.device)
         cuda_init_s = time.perf_counter() - t0
         shared = self._map_shared(msg["shared"], fds[1:]) if "shared" in msg else None
-        init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds[:1])
-        if self.report.refused:
-            self._refuse(self.report.refused)
+        # (init inputs may hold a Hugging Face config: rebuilt here, before the audit is armed)
+        try:
+            init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds[:1], objects=True)
+        except Exception as exc:  # the judge's values, not the candidate's doing
+            why = f"{type(exc).__name__}: {exc}"[:500]
+            self._refuse(
+                f"the problem's init inputs cannot be rebuilt in the sandbox: {why}", "import"
+            )
             return
+        if self.report.refused:
+            self._refuse(f"the sandbox refused to run the candidate: {self.report.refused}")
+            return
+        try:  # Inductor runtime helpers the candidate uses: imported before the thread block
+            notes = inductor_compat.prepare(msg.get("preimport") or [])
+        except Exception as exc:
+            notes = [f"Inductor runtime helpers unavailable here: {type(exc).__name__}: {exc}"]
         self._warm_up()
         why = seccomp.install()  # no new thread from here on (and no mknod, io_uring, ptrace...)
         if why:
@@ -163,18 +197,15 @@ class Worker:
                     },
                     "audit": self._audit_extra(),
                     "cuda_init_s": cuda_init_s,
+                    "notes": notes,
                     **({"shared": shared} if shared is not None else {}),
                 }
             )
 
-    def _refuse(self, why: str) -> None:
+    def _refuse(self, why: str, phase: str = "sandbox") -> None:
+        """Not the candidate's doing: an internal error before its code is imported."""
         self.reply(
-            {
-                "ok": False,
-                "status": Status.INTERNAL_ERROR.value,
-                "phase": "sandbox",
-                "message": f"the sandbox refused to run the candidate: {why}",
-            }
+            {"ok": False, "status": Status.INTERNAL_ERROR.value, "phase": phase, "message": why}
         )
 
     def _warm_up(self) -> None:
@@ -268,6 +299,7 @@ class Worker:
             "ops": rec.ops,
             "glue": rec.glue,
             "op_shapes": rec.shapes,
+            "compute_log": [list(c) for c in rec.compute_log or []],
             "violations": list(audit.STATE.violations),
             "integrity": audit.integrity(),
         }
@@ -305,82 +337,27 @@ class Worker:
         return poisoned, digest, n
 
     def time(self, msg: dict[str, Any], fds: list[int]) -> None:
-        # Every timing round of one evaluation sends the same case (the same memfd, dup'ed):
-        # reuse the device copy. The key names the memfd itself, not only the tensors' geometry.
-        key = (
-            f"{os.fstat(fds[0]).st_ino}:{json.dumps(msg['inputs'], sort_keys=True)}" if fds else ""
-        )
-        if key and self.timing_inputs is not None and self.timing_inputs[0] == key:
-            for fd in fds:
-                os.close(fd)
-            inputs = self.timing_inputs[1]
-        else:
-            inputs = self._inputs(msg, fds)  # views of the shared buffer when there are no fds
-            self.timing_inputs = (key, inputs) if key else None
-        if self.device.startswith("cuda") and self.flush is None:
-            self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
-        try:
-            times, launches, sigs = self._timed_calls(inputs, msg)
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            self.fail(exc, "timing")
-            return
-        self.reply(
-            {
-                "ok": True,
-                "times_ms": times,
-                "launches": launches,
-                "signatures": sigs,
-                "audit": self._audit_extra(),
-            }
-        )
+        timing_loop.time_op(self, msg, fds)
 
-    def _timed_calls(
-        self, inputs: list[Any], msg: dict[str, Any]
-    ) -> tuple[list[float], list[int], list[str]]:
-        """Warmup, then timed calls, each audited cheaply: its launches and their signature."""
-        perf_ns = audit.STATE.originals["perf_counter_ns"]
-        ptrs = outputs.input_ptrs(inputs)
-        times, launches, sigs = [], [], []
-        with torch.no_grad():
-            for _ in range(int(msg.get("warmup", 3))):
-                audit.begin_call(ptrs)
-                with audit.light_scope():
-                    self._checked(self.model(*inputs))
-            self._sync()
-            for _ in range(int(msg.get("trials", 10))):
-                if self.flush is not None:
-                    with sealed.guard():
-                        sealed.CAP.zero_(self.flush)
-                self._sync()
-                audit.begin_call(ptrs)
-                audit.STATE.launch_count = 0
-                with audit.light_scope():
-                    t0 = perf_ns()
-                    out = self.model(*inputs)
-                    self._sync()  # device-wide: side-stream work is included
-                    t1 = perf_ns()
-                times.append((t1 - t0) / 1e6)
-                launches.append(audit.STATE.launch_count)
-                sigs.append(outputs.call_digest(self._checked(out))[0])
-                del out
-        return times, launches, sigs
+    def _timing_inputs(self, key: str, msg: dict[str, Any], fds: list[int]) -> list[Any]:
+        return timing_loop.timing_inputs(self, key, msg, fds)
 
     def loop(self) -> int:
+        ops = {
+            "load": self.load,
+            "run": self.run,
+            "time": self.time,
+            "ref_load": lambda m, f: reference_host.load(self, m, f),
+            "ref_drop": lambda m, f: reference_host.drop(self, m, f),
+        }
         while True:
             msg, fds = self.reader.recv(None)
             op = msg.get("op")
-            if op == "load":
-                self.load(msg, fds)
-            elif op == "run":
-                self.run(msg, fds)
-            elif op == "time":
-                self.time(msg, fds)
-            elif op == "exit":
+            if op == "exit":
                 self.reply({"ok": True})
                 return 0
-            else:
+            handler = ops.get(op)
+            if handler is None:
                 self.reply(
                     {
                         "ok": False,
@@ -388,6 +365,13 @@ class Worker:
                         "message": f"unknown op {op!r}",
                     }
                 )
+                continue
+            try:
+                handler(msg, fds)
+            except Exception as exc:  # outside the candidate's guarded calls (our copies, ...)
+                if not is_device_oom(exc):
+                    raise
+                self.fail(exc, str(op))
 
 
 def main(fd: int, spec: dict[str, Any], report: Any) -> int:

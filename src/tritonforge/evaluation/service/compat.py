@@ -41,6 +41,7 @@ _NOT_LOADED = {
     Status.COMPILE_ERROR,
     Status.REWARD_HACK,
     Status.INTERNAL_ERROR,
+    Status.JUDGE_FAULT,
 }
 _COMPILE_ERRORS = {Status.SYNTAX_ERROR, Status.IMPORT_ERROR, Status.MISSING_MODEL_NEW,
                    Status.COMPILE_ERROR, Status.NO_CODE}  # fmt: skip

@@ -71,6 +71,13 @@ class ServiceMetrics:
             ["device"],
             registry=r,
         )
+        self.judge_faults = Counter(
+            "tritonforge_eval_judge_faults",
+            "judge_fault verdicts: the judge's own failure (out of device memory after a retry "
+            "alone, timing process died twice); not candidate statuses",
+            ["device"],
+            registry=r,
+        )
         self.quarantined = Gauge(
             "tritonforge_eval_device_quarantined",
             "1 while a device is quarantined",

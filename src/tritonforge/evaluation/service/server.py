@@ -25,7 +25,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tritonforge.config.eval import EvalSettings
+from tritonforge.config.eval import PRESETS, EvalSettings, preset_for_server
 from tritonforge.config.server import ServerConfig
 from tritonforge.evaluation.service.compat import KernelBenchRequest, to_kernel_exec_result
 from tritonforge.evaluation.service.service import EvalService, Job, QueueFull, Unavailable
@@ -53,6 +53,9 @@ class EvalRequest(BaseModel):
     problem_id: str | int | None = None
     size: str | None = Field(None, description="size preset; default cpu on CPU, gpu on CUDA")
     source: str
+    preset: str | None = Field(
+        None, description="rules to judge by (config.eval.PRESETS); default: the server's"
+    )
     settings: dict[str, Any] | None = None
     deadline_s: float | None = Field(None, gt=0)
 
@@ -254,7 +257,15 @@ def create_app(cfg: ServerConfig, service: EvalService | None = None) -> FastAPI
                 "invalid request: missing problem: give `problem` (a full Problem) "
                 "or `suite` and `problem_id`",
             )
-        return Job(problem, req.source, merge_settings(cfg.eval, req.settings), _deadline(req))
+        base = cfg.eval
+        if req.preset is not None:
+            if req.preset not in PRESETS:
+                raise _fail(
+                    422,
+                    f"invalid request: preset: unknown {req.preset!r}; known: {sorted(PRESETS)}",
+                )
+            base = preset_for_server(req.preset, cfg.eval)
+        return Job(problem, req.source, merge_settings(base, req.settings), _deadline(req))
 
     def _deadline(req: EvalRequest) -> float:
         seconds = min(req.deadline_s or cfg.default_deadline_s, cfg.max_deadline_s)

@@ -5,7 +5,9 @@ admission with backpressure, a FIFO queue feeding N concurrent evaluations per d
 thread pool so the event loop stays free, per-request deadlines, cancellation of queued work
 whose clients went away), device state (busy, faults, quarantine after repeated judge errors
 confirmed by a probe with a known-good built-in solution, periodic re-probes) and graceful
-shutdown. Timing exclusivity per GPU is the judge's (Evaluator.timing_lock).
+shutdown. Timing exclusivity and memory admission per GPU are the judge's (judge/device_gate.py,
+judge/admission.py): an evaluation thread waits there, inside the pool. `judge_fault` verdicts
+are counted apart (metric `tritonforge_eval_judge_faults`) and never cached.
 Does not cover: HTTP (server.py), judging (judge/evaluator.py), KernelBench shapes (compat.py).
 """
 
@@ -156,12 +158,13 @@ class EvalService:
         }
 
     def devices_json(self) -> dict[str, Any]:
+        judged = getattr(self.evaluator, "device_stats", dict)()  # budget, timings per device
         return {
             "device_type": self.device_type,
             "queued": self.queued,
             "queue_size": self.cfg.queue_size,
             "cache_entries": len(self.cache),
-            "devices": [d.to_json() for d in self.devices],
+            "devices": [{**d.to_json(), "judge": judged.get(d.name)} for d in self.devices],
         }
 
     @property
@@ -324,6 +327,9 @@ class EvalService:
             self.metrics.worker_crashes.labels(device.name).inc()
         if v.status.is_fault:
             device.faults[v.status.value] += 1
+        if v.status.is_judge_fault:  # load, not a broken device: no quarantine count
+            device.judge_faults += 1
+            self.metrics.judge_faults.labels(device.name).inc()
         if v.status is Status.INTERNAL_ERROR and v.phase not in ("reference", "static"):
             device.consecutive_errors += 1
             self.metrics.judge_errors.labels(device.name).inc()

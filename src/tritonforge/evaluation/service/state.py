@@ -27,6 +27,7 @@ class DeviceState:
     busy: int = 0
     evaluated: int = 0
     faults: Counter = field(default_factory=Counter)
+    judge_faults: int = 0  # the judge's own failures, apart from candidate statuses
     consecutive_errors: int = 0
     quarantined: bool = False
     reason: str = ""
@@ -39,6 +40,7 @@ class DeviceState:
             "busy": self.busy,
             "evaluated": self.evaluated,
             "faults": dict(self.faults),
+            "judge_faults": self.judge_faults,
             "consecutive_judge_errors": self.consecutive_errors,
             "quarantined": self.quarantined,
             "quarantine_reason": self.reason,

@@ -1,0 +1,199 @@
+"""Helpers shared by the GPU calibration benchmarks (kernelbench_self.py, timing_consistency.py).
+
+Covers: `ResultFile` (a JSON result written atomically after every row, resumable: rows already
+in the file are skipped on the next call, session walls add up), `judge_all` (a bounded pool of
+evaluation threads that stops submitting at a time box, so a time-limited call keeps what it
+finished), `DevicePeak` (device-wide memory in use, sampled: every process on the GPU), the
+KernelBench problem list, and the environment record. Not a library: benchmarks only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+
+from tritonforge.types import Problem, Verdict  # noqa: E402
+
+GIB = 1 << 30
+
+
+class ResultFile:
+    """A JSON document with `rows` (each with a unique `key`) rewritten after every row."""
+
+    def __init__(self, path: Path, header: dict[str, Any]):
+        self.path = path
+        self.lock = threading.Lock()
+        self.doc: dict[str, Any] = {**header, "rows": [], "sessions": []}
+        if path.is_file():
+            old = json.loads(path.read_text())
+            self.doc["rows"] = old.get("rows", [])
+            self.doc["sessions"] = old.get("sessions", [])
+            for k, v in old.items():
+                self.doc.setdefault(k, v)
+        self.session = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": 0.0, "rows": 0}
+        self.doc["sessions"].append(self.session)
+        self.t0 = time.monotonic()
+
+    def drop_session(self) -> None:
+        """Nothing was done in this call: it does not count (wall, sessions)."""
+        self.doc["sessions"].remove(self.session)
+
+    def done(self) -> set[str]:
+        return {r["key"] for r in self.doc["rows"]}
+
+    def rows(self, prefix: str = "") -> list[dict[str, Any]]:
+        return [r for r in self.doc["rows"] if r["key"].startswith(prefix)]
+
+    def add(self, row: dict[str, Any], update: Callable[[dict[str, Any]], None]) -> None:
+        with self.lock:
+            self.doc["rows"].append(row)
+            self.session["rows"] += 1
+            self.save(update)
+
+    def save(self, update: Callable[[dict[str, Any]], None] = lambda doc: None) -> None:
+        """Recompute the summary (`update`) and write atomically."""
+        self.session["wall_s"] = round(time.monotonic() - self.t0, 2)
+        self.doc["wall_s"] = round(sum(s["wall_s"] for s in self.doc["sessions"]), 2)
+        update(self.doc)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.doc, indent=1) + "\n")
+        os.replace(tmp, self.path)
+
+
+def verdict_row(key: str, v: Verdict, **extra: Any) -> dict[str, Any]:
+    """The per-judgement fields the benchmarks record."""
+    return {
+        "key": key,
+        "problem": v.problem_id,
+        "status": v.status.value,
+        "rule": v.rule,
+        "message": v.message.splitlines()[0][:300] if v.message else "",
+        "wall": v.wall_seconds,
+        "speedup": v.speedup,
+        "speedup_ci": v.speedup_ci,
+        "speedup_vs_compile": v.speedup_vs_compile,
+        "runtime_ms": v.runtime.median_ms if v.runtime else None,
+        "ref_ms": v.ref_runtime.median_ms if v.ref_runtime else None,
+        "clock": v.timing_clock,
+        "phases": v.phase_seconds,
+        **extra,
+    }
+
+
+def judge_all(
+    evaluate: Callable[[str, Problem, str], Verdict],
+    jobs: Iterable[tuple[str, Problem, str]],
+    workers: int,
+    on_done: Callable[[str, Verdict], None],
+    deadline: float,
+) -> int:
+    """Judge (key, problem, source) jobs with `workers` in flight; no new job starts after
+    `deadline` (time.monotonic). Returns how many finished."""
+    pending: dict[Future, str] = {}
+    finished = 0
+    it = iter(jobs)
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        while True:
+            while len(pending) < workers and time.monotonic() < deadline:
+                job = next(it, None)
+                if job is None:
+                    break
+                key, problem, source = job
+                pending[pool.submit(evaluate, key, problem, source)] = key
+            if not pending:
+                return finished
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                on_done(pending.pop(fut), fut.result())
+                finished += 1
+
+
+class DevicePeak:
+    """Peak device memory in use by every process (CUDA's free/total), sampled in a thread."""
+
+    def __init__(self, device: str, period_s: float = 0.25):
+        self.device, self.period = device, period_s
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> DevicePeak:
+        if self.device.startswith("cuda"):
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import torch
+
+        while not self._stop.is_set():
+            free, total = torch.cuda.mem_get_info(torch.device(self.device))
+            self.peak = max(self.peak, total - free)
+            self._stop.wait(self.period)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def gib(self) -> float | None:
+        return round(self.peak / GIB, 2) if self.device.startswith("cuda") else None
+
+
+def kernelbench(levels: list[int], limit: int | None, size: str, every: int = 1) -> list[Problem]:
+    """KernelBench problems of `levels` (the shared data): every `every`-th of each level by
+    problem id, at most `limit` of each; scaled (when asked) after choosing."""
+    from tritonforge.problems.kernelbench import load_kernelbench_original, scale_kernelbench
+
+    chosen: list[Problem] = []
+    for level in levels:
+        ps = sorted(load_kernelbench_original(None, [level]), key=lambda p: p.problem_id)
+        ps = ps[:: max(1, every)]
+        chosen += ps[:limit] if limit else ps
+    if size in ("scaled", "cpu"):
+        chosen = scale_kernelbench(chosen)
+    return chosen
+
+
+def median_or(xs: list[float], default: float) -> float:
+    return statistics.median(xs) if xs else default
+
+
+def environment(device: str) -> dict[str, Any]:
+    import torch
+    import triton
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.device(device))
+        env["gpu"] = props.name
+        env["gpu_memory_gib"] = round(props.total_memory / GIB, 1)
+    return env
+
+
+def percentile(xs: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..1) of xs; None when empty."""
+    if not xs:
+        return None
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, max(0, round(q * (len(ys) - 1))))]

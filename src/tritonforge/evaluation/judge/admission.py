@@ -1,0 +1,205 @@
+"""Memory admission per device: evaluations run concurrently only while they fit a byte budget.
+
+Covers: `Footprint` (a problem's device bytes: inputs, outputs, the reference's workspace and
+weights, measured once when its first case is built), `evaluation_bytes` (what one candidate's
+evaluation may hold on the device: its worker's context, L2 flush buffer, weights, input and
+output copies and workspace, plus the judge's shared buffers, output copy and comparison
+temporaries, plus the problem's entry in the timing process), and `DeviceBudget` (reservations
+granted first come, first served while resident caches + reservations fit the capacity; caches
+are trimmed to make room; `alone=True` waits until nothing else is reserved and keeps everything
+else out, for retries after an out-of-memory error; a `Grant` says whether another reservation
+was held meanwhile). A request larger than the capacity less
+what cannot be evicted raises `DoesNotFit` with the figures (a `resource_limit` verdict).
+Does not cover: measuring footprints (reference.py), who calls it (evaluator.py), the service
+queue (service/service.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+GIB = 1 << 30
+L2_FLUSH_BYTES = 256 << 20  # each timing process's flush buffer (sandbox/timing_loop.py)
+SLACK = 1.15  # caching-allocator rounding and fragmentation
+COMPARE_TEMPORARIES = 4  # peak temporaries of compare.py, in output sizes (diff, masks, scale)
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Device bytes of one problem (one case); `measured` when from the allocator's peak."""
+
+    inputs: int
+    outputs: int
+    workspace: int = 0  # peak allocated while the reference ran, beyond its input copy and outputs
+    weights: int = 0
+    measured: bool = False
+
+    def describe(self) -> str:
+        return (
+            f"inputs {gib(self.inputs)}, outputs {gib(self.outputs)}, reference workspace "
+            f"{gib(self.workspace)}, weights {gib(self.weights)}"
+        )
+
+
+def timer_entry_bytes(fp: Footprint) -> int:
+    """What the problem costs the device's timing process while loaded (model, inputs, a run)."""
+    return fp.weights + fp.inputs + fp.outputs + fp.workspace
+
+
+def evaluation_bytes(fp: Footprint, worker_context: int) -> int:
+    """Device bytes one candidate's evaluation may hold at its peak."""
+    # worker: context, flush buffer, its weights, a clean copy of the inputs (mutation check) and
+    # one more (memfd path / timing copy), outputs twice (the caching check keeps the first
+    # call's), the workspace its forward needs (the reference's is the estimate)
+    worker = worker_context + L2_FLUSH_BYTES + fp.weights + 2 * fp.inputs + 2 * fp.outputs
+    worker += fp.workspace
+    # judge: the shared input/output buffers, the case in use (packed inputs, expected outputs),
+    # the copy of the worker's outputs and the comparison's temporaries
+    judge = 2 * fp.inputs + (3 + COMPARE_TEMPORARIES) * fp.outputs
+    return int((worker + judge + timer_entry_bytes(fp)) * SLACK)
+
+
+def case_build_bytes(fp: Footprint) -> int:
+    """What building a problem's first case may hold in the judge: inputs drawn, the reference's
+    copy of them, its outputs and workspace, the packed copy of the inputs."""
+    return int((3 * fp.inputs + 2 * fp.outputs + fp.workspace) * SLACK)
+
+
+class JudgeOutOfMemory(Exception):
+    """The judge process itself ran out of device memory: not the candidate's fault."""
+
+    def __init__(self, where: str, cause: BaseException):
+        self.where, self.cause = where, cause
+        super().__init__(f"out of device memory while {where}: {str(cause)[:600]}")
+
+
+class DoesNotFit(Exception):
+    """The request cannot fit the device's budget even with nothing else running."""
+
+    def __init__(self, needed: int, available: int, capacity: int, device: str):
+        self.needed, self.available, self.capacity, self.device = (
+            needed,
+            available,
+            capacity,
+            device,
+        )
+        super().__init__(
+            f"needs {gib(needed)} of device memory on {device}; the budget is {gib(capacity)}, "
+            f"of which {gib(available)} is available with nothing else running"
+        )
+
+
+@dataclass
+class Grant:
+    """A reservation being held: how long it waited, and whether it shared the device."""
+
+    waited: float
+    ticket: int
+    budget: DeviceBudget
+
+    @property
+    def crowded(self) -> bool:
+        """Another evaluation held a reservation on the device at some time during this one."""
+        return self.budget.crowded(self.ticket)
+
+
+class DeviceBudget:
+    """Byte reservations on one device, granted FIFO while they fit.
+
+    `resident()` gives the bytes caches hold now (evictable), `pinned()` what cannot be evicted,
+    `trim(target)` evicts caches down to `target` resident bytes (best effort). All three are
+    called without this budget's lock held.
+    """
+
+    def __init__(
+        self,
+        device: str,
+        capacity: int,
+        resident: Callable[[], int] = lambda: 0,
+        pinned: Callable[[], int] = lambda: 0,
+        trim: Callable[[int], None] = lambda target: None,
+        poll_s: float = 0.25,
+    ):
+        self.device, self.capacity = device, capacity
+        self._resident, self._pinned, self._trim = resident, pinned, trim
+        self._cond = threading.Condition()
+        self._queue: deque[int] = deque()
+        self._tickets = 0
+        self._held: dict[int, int] = {}  # ticket -> bytes
+        self._crowded: set[int] = set()  # held tickets that have shared the device
+        self.poll_s = poll_s
+        self.peak_reserved = 0
+        self.granted = 0
+        self.trims = 0
+
+    @property
+    def reserved(self) -> int:
+        with self._cond:
+            return sum(self._held.values())
+
+    @contextmanager
+    def reserve(self, nbytes: int, alone: bool = False) -> Iterator[Grant]:
+        """Hold `nbytes` (with `alone`, everything); yields the Grant. FIFO."""
+        floor = self._pinned()
+        if nbytes > self.capacity - floor:
+            raise DoesNotFit(nbytes, self.capacity - floor, self.capacity, self.device)
+        t0 = time.monotonic()
+        with self._cond:
+            ticket = self._tickets
+            self._tickets += 1
+            self._queue.append(ticket)
+        try:
+            self._wait_turn(ticket, nbytes, alone)
+        except BaseException:
+            with self._cond:
+                self._queue.remove(ticket)
+                self._cond.notify_all()
+            raise
+        grant = Grant(time.monotonic() - t0, ticket, self)
+        try:
+            yield grant
+        finally:
+            with self._cond:
+                del self._held[ticket]
+                self._crowded.discard(ticket)
+                self._cond.notify_all()
+
+    def crowded(self, ticket: int) -> bool:
+        """Another reservation was held at some time while `ticket` was."""
+        with self._cond:
+            return ticket in self._crowded
+
+    def _wait_turn(self, ticket: int, nbytes: int, alone: bool) -> None:
+        while True:
+            with self._cond:
+                head = self._queue[0] == ticket
+                others = sum(self._held.values())
+            if head and not (alone and others):
+                want = self.capacity - self._pinned() if alone else nbytes
+                if self._resident() + others + want > self.capacity:
+                    self._trim(max(0, self.capacity - others - want))  # evict caches
+                    self.trims += 1
+                resident = self._resident()
+                if resident + others + want <= self.capacity or (alone and not others):
+                    with self._cond:
+                        self._queue.popleft()
+                        self._held[ticket] = want
+                        if len(self._held) > 1:  # everyone holding now shares the device
+                            self._crowded.update(self._held)
+                        self.granted += 1
+                        self.peak_reserved = max(self.peak_reserved, sum(self._held.values()))
+                        self._cond.notify_all()
+                    return
+                if not others:  # nothing to wait for: caches that cannot shrink further
+                    raise DoesNotFit(nbytes, self.capacity - resident, self.capacity, self.device)
+            with self._cond:
+                self._cond.wait(self.poll_s)

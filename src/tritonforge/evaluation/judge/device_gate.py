@@ -1,0 +1,135 @@
+"""Who may use a device now: shared access for ordinary work, exclusive access for one timing.
+
+Covers: `DeviceGate`, one per device in this process (`gate(device)`). Every piece of GPU work
+of an evaluation holds shared access while it runs: the judge's own device work (through
+gpu_lock.judge_device) and each request to a candidate's worker (import, compile, correctness
+trials). A timing holds exclusive access: it waits until the shared holders of the moment have
+finished and keeps new ones out until it is done, so nothing else of ours runs on that device
+while a candidate and its reference are timed. Exclusive requests are served first come, first
+served, and a waiting one blocks new shared holders (a steady stream of correctness work cannot
+starve timing). Both are re-entrant for the thread holding them; a thread holding shared access
+must not ask for exclusive access (that would wait for itself: raises instead).
+Listeners see every outermost interval (kind, start, end): tests check that no shared interval
+overlaps an exclusive one, the evaluator keeps totals.
+Does not cover: memory admission (admission.py), what runs inside (evaluator.py, gpu_timing.py).
+Lock order: a gate before gpu_lock's per-device lock and before the timing process's lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+Listener = Callable[[str, float, float], None]  # (kind "shared" | "exclusive", start, end)
+
+
+class DeviceGate:
+    """Shared/exclusive access to one device, exclusive requests FIFO and preferred."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._cond = threading.Condition()
+        self._shared: dict[int, int] = {}  # thread ident -> nesting depth
+        self._owner: int | None = None  # thread holding exclusive access
+        self._depth = 0
+        self._queue: deque[int] = deque()  # exclusive tickets in arrival order
+        self._tickets = 0
+        self.listeners: list[Listener] = []
+        self.exclusive_seconds = 0.0
+        self.exclusive_count = 0
+
+    # -- introspection --------------------------------------------------------------------------
+    def held_exclusive(self) -> bool:
+        """The calling thread holds exclusive access."""
+        return self._owner == threading.get_ident()
+
+    def busy(self) -> tuple[int, bool, int]:
+        """(shared holders, exclusive held, exclusive waiting)."""
+        with self._cond:
+            return len(self._shared), self._owner is not None, len(self._queue)
+
+    def _emit(self, kind: str, t0: float, t1: float) -> None:
+        for fn in list(self.listeners):
+            fn(kind, t0, t1)
+
+    # -- shared ---------------------------------------------------------------------------------
+    @contextmanager
+    def shared(self) -> Iterator[float]:
+        """Hold shared access; yields the seconds spent waiting for it."""
+        me = threading.get_ident()
+        t_ask = time.monotonic()
+        with self._cond:
+            outer = self._owner != me and me not in self._shared
+            if self._owner == me:
+                pass  # the exclusive holder may do anything
+            elif me in self._shared:
+                self._shared[me] += 1
+            else:
+                while self._owner is not None or self._queue:
+                    self._cond.wait()
+                self._shared[me] = 1
+        t0 = time.monotonic()
+        try:
+            yield t0 - t_ask
+        finally:
+            with self._cond:
+                if me in self._shared:
+                    self._shared[me] -= 1
+                    if self._shared[me] == 0:
+                        del self._shared[me]
+                        self._cond.notify_all()
+            if outer:
+                self._emit("shared", t0, time.monotonic())
+
+    # -- exclusive ------------------------------------------------------------------------------
+    @contextmanager
+    def exclusive(self) -> Iterator[float]:
+        """Hold exclusive access; yields the seconds spent waiting for it."""
+        me = threading.get_ident()
+        t_ask = time.monotonic()
+        with self._cond:
+            outer = self._owner != me
+            if not outer:
+                self._depth += 1
+            else:
+                if me in self._shared:
+                    raise RuntimeError(
+                        f"{self.name}: exclusive access asked by a thread holding shared access"
+                    )
+                ticket = self._tickets
+                self._tickets += 1
+                self._queue.append(ticket)
+                while self._queue[0] != ticket or self._owner is not None or self._shared:
+                    self._cond.wait()
+                self._queue.popleft()
+                self._owner, self._depth = me, 1
+        t0 = time.monotonic()
+        try:
+            yield t0 - t_ask
+        finally:
+            with self._cond:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._owner = None
+                    self._cond.notify_all()
+            if outer:
+                t1 = time.monotonic()
+                self.exclusive_seconds += t1 - t0
+                self.exclusive_count += 1
+                self._emit("exclusive", t0, t1)
+
+
+_GATES: dict[str, DeviceGate] = {}
+_GUARD = threading.Lock()
+
+
+def gate(device: str) -> DeviceGate:
+    """The gate of `device` ("cpu", "cuda:0", ...) in this process."""
+    with _GUARD:
+        g = _GATES.get(device)
+        if g is None:
+            g = _GATES[device] = DeviceGate(device)
+        return g

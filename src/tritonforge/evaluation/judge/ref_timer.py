@@ -1,0 +1,223 @@
+"""The judge's handle of a device's trusted timing process, where references are timed.
+
+Covers: `RefTimer`, one per device: a long-lived worker forked by the device's fork server into
+the candidates' sandbox (the same process kind as a candidate's worker, single-threaded, the
+same timing code: sandbox/timing_loop.py), which loads references (`prepare`: model, optional
+torch.compile, the timing case's inputs, first calls) and times them on request (`time`). Loaded
+references are kept least recently used first, bounded in count and bytes; their device bytes
+(`resident`, `base_bytes`) count against the device's memory budget and `trim` gives them back.
+If the process dies or stops answering, `TimerDied` is raised, the process is forgotten and the
+next request starts a fresh one (the caller times the candidate again: nothing is lost).
+One request at a time (`lock`); callers hold the device's gate first (device_gate.py).
+Does not cover: when to time (gpu_timing.py), the worker side (sandbox/reference_host.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from tritonforge.evaluation.judge.admission import (
+    L2_FLUSH_BYTES,
+    JudgeOutOfMemory,
+    timer_entry_bytes,
+)
+from tritonforge.evaluation.judge.forkserver import ForkServer
+from tritonforge.evaluation.judge.reference import INIT_SEED, Case, Reference
+from tritonforge.evaluation.judge.session import Session
+from tritonforge.evaluation.sandbox.protocol import ProtocolError, pack
+from tritonforge.logging_setup import get_logger
+
+log = get_logger("evaluation.ref_timer")
+MAX_ENTRIES = 8
+TIMER_CPU_SECONDS = 10**7  # trusted and long-lived: the candidates' CPU-time cap does not apply
+
+
+class TimerDied(Exception):
+    """The timing process ended or stopped answering: the judge's problem, not the candidate's."""
+
+
+class ReferenceUnusable(Exception):
+    """The reference could not be loaded or run in the timing process (its message says why)."""
+
+
+def timer_key(ref: Reference) -> str:
+    """Which loaded reference: the problem and its exact source."""
+    digest = hashlib.sha256(ref.problem.reference_src.encode()).hexdigest()[:16]
+    return f"{ref.problem.id}:{digest}"
+
+
+class RefTimer:
+    """One device's trusted timing process (started on first use, restarted after a death)."""
+
+    def __init__(
+        self,
+        device: str,
+        server: Callable[[], ForkServer],
+        spec: Callable[[], dict[str, Any]],
+        context_bytes: int,
+        max_bytes: int,
+        max_entries: int = MAX_ENTRIES,
+    ):
+        self.device = device
+        self._server, self._spec = server, spec
+        self.context_bytes = context_bytes
+        self.max_bytes, self.max_entries = max_bytes, max_entries
+        self.lock = threading.Lock()
+        self.session: Session | None = None
+        self.entries: OrderedDict[str, int] = OrderedDict()  # key -> device bytes, LRU first
+        self.compiled: set[str] = set()
+        self.starts = 0
+        self.deaths = 0
+
+    # -- accounting -----------------------------------------------------------------------------
+    def base_bytes(self) -> int:
+        """Device bytes of the process itself while it runs (context, L2 flush buffer)."""
+        if self.session is None or self.device == "cpu":
+            return 0
+        return self.context_bytes + L2_FLUSH_BYTES
+
+    def entry_bytes(self) -> int:
+        """Device bytes of the loaded references (read without the lock: admission polls it)."""
+        return sum(list(self.entries.values()))
+
+    @property
+    def pid(self) -> int | None:
+        return self.session.pid if self.session is not None else None
+
+    # -- requests -------------------------------------------------------------------------------
+    def _ensure(self) -> Session:
+        if self.session is None:
+            spec = self._spec()
+            spec["sandbox"]["cpu_seconds"] = TIMER_CPU_SECONDS
+            try:
+                self.session = Session(self._server(), spec, 16384)
+            except (RuntimeError, OSError) as exc:
+                raise TimerDied(f"the reference timing process did not start: {exc}") from None
+            self.entries.clear()
+            self.compiled.clear()
+            self.starts += 1
+        return self.session
+
+    def _request(self, msg: dict[str, Any], fds: list[int], budget: float) -> dict[str, Any]:
+        session = self._ensure()
+        try:
+            reply, extra = session.request(msg, fds, time.monotonic() + budget)
+        except ProtocolError as exc:  # PeerClosed, Deadline, a malformed frame
+            self._forget(f"{type(exc).__name__}: {exc}")
+            raise TimerDied(f"the reference timing process stopped answering ({exc})") from None
+        finally:
+            for fd in fds:
+                os.close(fd)
+        for fd in extra:
+            os.close(fd)
+        return reply
+
+    def _forget(self, why: str) -> None:
+        if self.session is not None:
+            self.deaths += 1
+            log.warning("reference timing process on %s lost: %s", self.device, why)
+            self.session.close(wait_s=5.0)
+        self.session = None
+        self.entries.clear()
+        self.compiled.clear()
+
+    def prepare(
+        self,
+        ref: Reference,
+        case: Case,
+        compile_baseline: bool,
+        budget: float,
+    ) -> str:
+        """Load `ref` (and its compiled version if asked) with `case` as its timing inputs,
+        unless already loaded; returns its key. Raises TimerDied or ReferenceUnusable."""
+        key = timer_key(ref)
+        with self.lock:
+            if key in self.entries and (key in self.compiled or not compile_baseline):
+                self.entries.move_to_end(key)
+                return key
+            need = timer_entry_bytes(ref.footprint) if ref.footprint else 0
+            self._drop(key)
+            while self.entries and (
+                len(self.entries) >= self.max_entries or self.entry_bytes() + need > self.max_bytes
+            ):
+                self._drop(next(iter(self.entries)))
+            init_desc, init_fd = pack(ref.init_inputs)
+            msg = {
+                "op": "ref_load",
+                "key": key,
+                "source": ref.problem.reference_src,
+                "init_inputs": init_desc,
+                "init_seed": INIT_SEED,
+                "device": "cpu" if self.device == "cpu" else "cuda:0",
+                "compile": compile_baseline,
+                "inputs": case.desc,
+            }
+            reply = self._request(msg, [init_fd, os.dup(case.fd)], budget)
+            _check(reply, "loading the reference in the timing process")
+            self.entries[key] = need
+            if compile_baseline:
+                self.compiled.add(key)
+            return key
+
+    def time(
+        self,
+        key: str,
+        compiled: bool,
+        case: Case,
+        warmup: int,
+        trials: int,
+        clock: str,
+        budget: float,
+    ) -> dict[str, Any]:
+        """One timing request for a loaded reference (eager or compiled); the reply."""
+        with self.lock:
+            msg = {"op": "time", "key": key, "compiled": compiled, "inputs": case.desc,
+                   "warmup": warmup, "trials": trials, "clock": clock}  # fmt: skip
+            reply = self._request(msg, [os.dup(case.fd)], budget)
+            _check(reply, "timing the reference")
+            return reply
+
+    def _drop(self, key: str) -> None:
+        """Forget a loaded reference (caller holds the lock)."""
+        if key not in self.entries or self.session is None:
+            return
+        self.entries.pop(key)
+        self.compiled.discard(key)
+        try:
+            self._request({"op": "ref_drop", "key": key}, [], 30.0)
+        except TimerDied:
+            pass
+
+    def trim(self, target: int) -> None:
+        """Drop loaded references until they hold <= `target` bytes; skipped while busy."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            while self.entries and self.entry_bytes() > target:
+                self._drop(next(iter(self.entries)))
+        finally:
+            self.lock.release()
+
+    def close(self) -> None:
+        with self.lock:
+            if self.session is not None:
+                self.session.close(wait_s=5.0)
+            self.session = None
+            self.entries.clear()
+            self.compiled.clear()
+
+
+def _check(reply: dict[str, Any], what: str) -> None:
+    """Raise for a failed reply: out of device memory is the judge's (JudgeOutOfMemory)."""
+    if reply.get("ok"):
+        return
+    why = str(reply.get("message", ""))[:2000]
+    if isinstance(reply.get("memory"), dict):
+        raise JudgeOutOfMemory(what, RuntimeError(why))
+    raise ReferenceUnusable(f"{what}: {reply.get('status', 'error')}: {why}")

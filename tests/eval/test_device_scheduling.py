@@ -1,0 +1,223 @@
+"""Fair timing and memory admission with real sandboxed workers and the real timing process (CPU).
+
+Covers, through `Evaluator.evaluate` on the CPU with `time_on_cpu` (the timing path runs; its
+numbers mean nothing here): no worker request of any candidate overlaps a timing (intervals from
+the device gate's listener), both sides timed by the same code with an interval in the verdict;
+nothing is lost when the timing process dies (restarted, the candidate timed again; a second
+death is `judge_fault`); a device out-of-memory error in the candidate's code is
+`out_of_resources` with the figure (judged again alone if others held memory meanwhile), never
+`crash` (in the worker's own code
+outside the candidate's call: tests/unit/test_oom_classify.py);
+the judge's own out-of-memory error is retried alone and then reported as the judge's fault;
+memory admission serialises what does not fit together and refuses what cannot fit alone.
+The judge's out-of-memory errors are injected (the CPU has no device-memory errors to provoke).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+import helpers.hack_corpus as hc
+from tritonforge.evaluation.judge import evaluator as evaluator_module
+from tritonforge.evaluation.judge.admission import evaluation_bytes
+from tritonforge.evaluation.judge.compare import compare_to_reference
+from tritonforge.evaluation.judge.device_gate import gate
+from tritonforge.evaluation.judge.evaluator import Evaluator
+from tritonforge.problems import load_suite
+from tritonforge.types import Problem, Status
+
+pytestmark = pytest.mark.slow
+
+SLOW_REF = """
+import time
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        time.sleep(0.01)
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+def get_init_inputs():
+    return []
+"""
+OOM_IN_FORWARD = """
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has "
+                                     "a total capacity of 139.81 GiB of which 1.00 GiB is free.")
+"""
+
+
+_settings = hc.cpu_timing_settings
+
+
+@pytest.fixture(scope="module")
+def builtin() -> dict[str, Problem]:
+    return {p.name: p for p in load_suite("builtin", size="cpu")}
+
+
+def _as_candidate(src: str) -> str:
+    return re.sub(r"\bModel\b", "ModelNew", src)
+
+
+def test_no_worker_request_overlaps_a_timing(builtin) -> None:
+    names = ["relu", "sigmoid", "tanh", "leaky_relu"]
+    spans: list[tuple[str, float, float]] = []
+    listener = lambda kind, t0, t1: spans.append((kind, t0, t1))  # noqa: E731
+    g = gate("cpu")
+    g.listeners.append(listener)
+    try:
+        with Evaluator(_settings()) as ev, ThreadPoolExecutor(3) as pool:
+            verdicts = list(
+                pool.map(lambda n: ev.evaluate(builtin[n], builtin[n].solution_src), names)
+            )
+    finally:
+        g.listeners.remove(listener)
+    for v in verdicts:
+        assert v.status is Status.CORRECT, (v.problem_id, v.status, v.message)
+        assert v.runtime is not None and v.ref_runtime is not None and v.speedup is not None
+        assert v.timing_clock == "host" and v.speedup_ci is not None
+        lo, hi = v.speedup_ci  # a percentile interval of few trials: around the estimate
+        assert lo <= hi and lo < 2 * v.speedup and hi > v.speedup / 2
+    timings = [(a, b) for k, a, b in spans if k == "exclusive"]
+    shared = [(a, b) for k, a, b in spans if k == "shared"]
+    assert len(timings) >= len(names) and len(shared) >= 4 * len(names)
+    for a, b in timings:
+        assert not any(x < b and a < y for x, y in shared), "worker work during a timing"
+
+
+def _kill_timer_during_timing(ev: Evaluator, times: int, stop: threading.Event) -> None:
+    res = ev.resources("cpu")
+    killed: set[int] = set()
+    while not stop.is_set() and len(killed) < times:
+        pid = res.timer.pid
+        if res.gate.busy()[1] and pid is not None and pid not in killed:
+            time.sleep(0.05)  # inside the rounds
+            res.server.kill(pid)
+            killed.add(pid)
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("deaths", [1, 2])
+def test_nothing_is_lost_when_the_timing_process_dies(deaths: int) -> None:
+    problem = Problem(id="t/slow", suite="t", name="slow", reference_src=SLOW_REF)
+    settings = _settings(mode="hybrid", perf_trials=20, perf_rounds=4)
+    stop = threading.Event()
+    with Evaluator(settings) as ev:
+        killer = threading.Thread(target=_kill_timer_during_timing, args=(ev, deaths, stop))
+        killer.start()
+        try:
+            v = ev.evaluate(problem, _as_candidate(SLOW_REF))
+        finally:
+            stop.set()
+            killer.join(10)
+        timer = ev.resources("cpu").timer
+        assert (
+            timer.deaths == deaths and timer.starts == 2
+        )  # a restart after each death but the last of two
+    if deaths == 1:
+        assert v.status is Status.CORRECT, v.message
+        assert v.runtime is not None and v.ref_runtime is not None
+        assert any("timing attempt 1" in n and "restarted" in n for n in v.notes)
+    else:
+        assert v.status is Status.JUDGE_FAULT and "died twice" in v.message
+        assert v.reward == 0.0
+
+
+SLOW_RELU = """
+import time
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        time.sleep(0.5)
+        return torch.relu(x)
+"""
+
+
+def test_worker_oom_is_out_of_resources_with_the_figure(builtin) -> None:
+    p = builtin["relu"]
+    with Evaluator(_settings(mode="hybrid", time_on_cpu=False)) as ev:
+        alone = ev.evaluate(p, OOM_IN_FORWARD)
+        assert ev.retries["worker_oom"] == 0  # nothing else held memory: the candidate's own
+        with ThreadPoolExecutor(2) as pool:
+            busy = pool.submit(ev.evaluate, p, SLOW_RELU)
+            time.sleep(0.5)  # the slow one holds its reservation while the OOM happens
+            crowded = pool.submit(ev.evaluate, p, OOM_IN_FORWARD).result()
+            assert busy.result().status is Status.CORRECT
+        assert ev.retries["worker_oom"] == 1  # judged again alone before the verdict stood
+    for v in (alone, crowded):
+        assert v.status is Status.OUT_OF_RESOURCES, (v.status, v.message)
+        assert "tried to allocate 3.00 GiB" in v.message
+    assert any("judged again alone" in n for n in crowded.notes)
+    assert not any("judged again alone" in n for n in alone.notes)
+
+
+def _oom(*args, **kwargs):
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+
+def test_judge_oom_is_retried_alone_then_the_judges_fault(builtin, monkeypatch) -> None:
+    p = builtin["relu"]
+    monkeypatch.setattr(evaluator_module, "compare_to_reference", _oom)
+    with Evaluator(_settings(time_on_cpu=False)) as ev:
+        v = ev.evaluate(p, p.solution_src)
+        assert ev.retries["judge_oom"] == 1
+    assert v.status is Status.JUDGE_FAULT and "8.00 GiB" in v.message
+    assert "alone" in v.message and v.reward == 0.0
+
+    calls = [0]
+
+    def once(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 1:
+            _oom()
+        return compare_to_reference(*args, **kwargs)
+
+    monkeypatch.setattr(evaluator_module, "compare_to_reference", once)
+    with Evaluator(_settings(time_on_cpu=False)) as ev:
+        v = ev.evaluate(p, p.solution_src)
+    assert v.status is Status.CORRECT and any("judged again alone" in n for n in v.notes)
+
+
+def test_problem_that_cannot_fit_alone_is_resource_limit(builtin) -> None:
+    p = builtin["relu"]
+    with Evaluator(_settings(device_memory_gib=0.0001)) as ev:  # ~107 KB
+        v = ev.evaluate(p, p.solution_src)
+    assert v.status is Status.RESOURCE_LIMIT and v.phase == "admission"
+    assert "needs" in v.message and "of device memory on cpu" in v.message
+    assert "inputs 0.00 GiB" in v.message  # the footprint is named
+
+
+def test_admission_serialises_what_does_not_fit_together(builtin) -> None:
+    names = ["relu", "sigmoid", "tanh"]
+    with Evaluator(_settings(time_on_cpu=False)) as probe:
+        ref = probe.refs.reference(builtin["relu"], "cpu")
+        probe.refs.case(ref, 1, "native")
+        one = evaluation_bytes(ref.footprint, 0)
+    cap_gib = 1.5 * one / (1 << 30)  # one evaluation fits, two do not
+    with Evaluator(_settings(time_on_cpu=False, device_memory_gib=cap_gib)) as ev:
+        with ThreadPoolExecutor(3) as pool:
+            verdicts = list(
+                pool.map(lambda n: ev.evaluate(builtin[n], builtin[n].solution_src), names)
+            )
+        budget = ev.resources("cpu").budget
+        assert budget.peak_reserved <= budget.capacity
+        assert budget.peak_reserved < 2 * one
+    assert all(v.status is Status.CORRECT for v in verdicts), [v.message for v in verdicts]
+    waited = [v.phase_seconds.get("admission_wait", 0.0) for v in verdicts]
+    assert sum(w > 0 for w in waited) >= 1, waited
