@@ -99,6 +99,21 @@ def test_no_worker_request_overlaps_a_timing(builtin) -> None:
         assert not any(x < b and a < y for x, y in shared), "worker work during a timing"
 
 
+def test_a_reference_is_not_evicted_between_loading_and_timing(builtin) -> None:
+    """Evaluations load their reference under the shared gate and time it under the exclusive
+    one; another evaluation's load in between once evicted it ("nothing loaded under ...", a
+    judge fault on 20 of 135 KernelBench problems on an H200). One timing slot makes every
+    concurrent load an eviction attempt: each must find its own reference still loaded."""
+    names = ["relu", "sigmoid", "tanh", "leaky_relu", "gelu", "softplus"]
+    with Evaluator(_settings()) as ev, ThreadPoolExecutor(4) as pool:
+        timer = ev.resources("cpu").timer
+        timer.max_entries = 1
+        verdicts = list(pool.map(lambda n: ev.evaluate(builtin[n], builtin[n].solution_src), names))
+        assert not timer.pins, "every pin released"
+    for v in verdicts:
+        assert v.status is Status.CORRECT, (v.problem_id, v.status, v.message)
+
+
 def _kill_timer_during_timing(ev: Evaluator, times: int, stop: threading.Event) -> None:
     res = ev.resources("cpu")
     killed: set[int] = set()

@@ -98,6 +98,16 @@ def _timed_rounds(res: Any, run: CandidateRun, case: Case, deadline: float) -> R
     with res.gate.shared() as waited:  # loading and first calls are not timed work
         run.waited += waited
         key = timer.prepare(run.ref, case, s.compile_baseline, left)
+    try:  # pinned: no other evaluation's prepare evicts it before it is timed
+        return _rounds(res, run, case, deadline, key)
+    finally:
+        timer.release(key)
+
+
+def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) -> Rounds:
+    """The alternating timed rounds of the candidate and the loaded reference `key`."""
+    s = run.settings
+    timer: RefTimer = res.timer
     per_round = max(2, s.perf_trials // s.perf_rounds)
     out = Rounds()
     with res.gate.exclusive() as waited, _on(run.device):
