@@ -70,8 +70,10 @@ def evaluation_bytes(fp: Footprint, worker_context: int) -> int:
 
 def case_build_bytes(fp: Footprint) -> int:
     """What building a problem's first case may hold in the judge: inputs drawn, the reference's
-    copy of them, its outputs and workspace, the packed copy of the inputs."""
-    return int((3 * fp.inputs + 2 * fp.outputs + fp.workspace) * SLACK)
+    copy of them, its outputs and workspace, the packed copy of the inputs, and the determinism
+    check's second run compared with the first (problem_check.py)."""
+    outs = 3 + COMPARE_TEMPORARIES
+    return int((3 * fp.inputs + outs * fp.outputs + fp.workspace) * SLACK)
 
 
 class JudgeOutOfMemory(Exception):
