@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+from tritonforge.evaluation.sandbox.numerics import exact_fp32
 from tritonforge.evaluation.sandbox.protocol import PeerClosed, ProtocolError, Reader, send_msg
 
 RSS_POLL_S = 0.2
@@ -120,8 +121,6 @@ def preload() -> None:
     import torch.profiler
 
     from tritonforge.evaluation.sandbox import audit
-    from tritonforge.evaluation.sandbox.numerics import exact_fp32
-
     exact_fp32()  # the precision the judge's references compute in, inherited by every fork
     # Warm the legacy profiler used by the audit (cheap; Kineto is avoided here because it would
     # initialise CUDA in the fork server, and a forked child cannot use CUDA after that).
