@@ -191,9 +191,13 @@ def environment(device: str) -> dict[str, Any]:
     return env
 
 
-def percentile(xs: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..1) of xs; None when empty."""
+def percentile(xs: list[float], q: float, digits: int | None = None) -> float | None:
+    """Nearest-rank percentile (q in 0..1) of xs, rounded to `digits` when given; None when empty.
+
+    Round a median and its percentiles to the same digits: rounding is monotonic, so
+    p05 <= median <= p95 then holds of the printed figures too."""
     if not xs:
         return None
     ys = sorted(xs)
-    return ys[min(len(ys) - 1, max(0, round(q * (len(ys) - 1))))]
+    v = ys[min(len(ys) - 1, max(0, round(q * (len(ys) - 1))))]
+    return v if digits is None else round(v, digits)

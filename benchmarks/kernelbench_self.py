@@ -67,12 +67,12 @@ def summarize(doc: dict[str, Any]) -> None:
     doc["candidates_per_min"] = round(60 * len(rows) / wall, 2) if wall else None
     speedups = [r["speedup"] for r in hyb if r["speedup"] is not None]
     doc["self_speedup_median"] = round(statistics.median(speedups), 4) if speedups else None
-    doc["self_speedup_p05"] = bc.percentile(speedups, 0.05)
-    doc["self_speedup_p95"] = bc.percentile(speedups, 0.95)
+    doc["self_speedup_p05"] = bc.percentile(speedups, 0.05, 4)
+    doc["self_speedup_p95"] = bc.percentile(speedups, 0.95, 4)
     spawns = [r["spawn_s"] for r in rows if r.get("spawn_s") is not None]
     doc["spawn_warm_s"] = {
         "median": round(statistics.median(spawns), 3) if spawns else None,
-        "p95": bc.percentile(spawns, 0.95),
+        "p95": bc.percentile(spawns, 0.95, 3),
         "n": len(spawns),
     }
     expected = {"hybrid": "correct", "strict_decoy": "reward_hack"}

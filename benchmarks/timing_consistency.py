@@ -78,8 +78,8 @@ def _figures(rows: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
         "self_n": len(selfs),
         "self_judged": sum(r["key"].startswith(f"self:{prefix}:") for r in rows),
         "self_speedup_median": round(statistics.median(selfs), 4) if selfs else None,
-        "self_speedup_p05": bc.percentile(selfs, 0.05),
-        "self_speedup_p95": bc.percentile(selfs, 0.95),
+        "self_speedup_p05": bc.percentile(selfs, 0.05, 4),
+        "self_speedup_p95": bc.percentile(selfs, 0.95, 4),
     }
 
 

@@ -82,12 +82,15 @@ def count_params(config: Any) -> int:
 
 
 def make_model(config: Any, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """A random-init Qwen3 in `dtype`, its rotary frequencies in fp32 as from_pretrained's."""
     from transformers import Qwen3ForCausalLM
+
+    from tritonforge.model_cast import cast_model
 
     torch.manual_seed(0)
     with torch.device(device):
         lm = Qwen3ForCausalLM(config)
-    return lm.to(dtype)
+    return cast_model(lm, dtype)
 
 
 def make_batch(n: int, seq: int, prompt: int, vocab: int) -> list[Any]:

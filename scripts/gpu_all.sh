@@ -22,6 +22,10 @@ python3 scripts/export_suite.py /tmp/suite --size gpu >/dev/null
 # quick looks at one area each (gpu_tests runs them too)
 step devshare ${T_DEVSHARE:-120} $PYTEST tests/gpu/test_devshare_gpu.py --junitxml "$R/devshare.xml"
 step cuda_backend ${T_CUDA:-240} $PYTEST -s tests/gpu/test_cuda_backend_gpu.py --junitxml "$R/cuda_backend.xml"
+# the sealed audit on the GPU: hybrid on CUDA (marker, share by work), Triton compiling under the
+# seccomp thread block, the issue-14 attacks (s*) and the timing attacks, the legit corpus
+SEALED_K=${SEALED_K:-"hybrid or thread_block or kineto or s1_ or s2_ or s3_ or s4_ or s5_ or s6_ or s8_ or s9_ or c3_ or legit"}
+step sealed ${T_SEALED:-480} $PYTEST -s tests/gpu/test_hybrid_gpu.py tests/gpu/test_attacks_gpu.py -k "$SEALED_K" --junitxml "$R/sealed.xml"
 step suite ${T_SUITE:-300} python3 -m tritonforge eval-dir /tmp/suite/solutions --suite builtin --size gpu --device cuda --workers 6 --timeout 120 --out "$R/suite"
 step overhead ${T_OVERHEAD:-150} python3 benchmarks/eval_overhead.py --device cuda --size gpu --sample ${OVERHEAD_SAMPLE:-10} --repeats 2 --transport ${TRANSPORT:-auto} --out "$R/overhead.json"
 step gpu_tests ${T_TESTS:-400} $PYTEST tests/gpu tests/eval/test_status_corpus.py tests/unit/test_builtin_suite.py tests/unit/test_protocol.py -k "${GPU_TESTS_K:-}" --junitxml "$R/gpu_tests.xml"

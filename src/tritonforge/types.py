@@ -152,7 +152,9 @@ class Audit(Record):
     )
     glue_ops: dict[str, int] = Field(default_factory=dict)
     custom_share: float | None = Field(None, description="Custom-kernel share of forward work.")
-    share_basis: str | None = Field(None, description="'cuda_time' or 'cpu_time' or 'op_count'.")
+    share_basis: str | None = Field(
+        None, description="'work': 1 - PyTorch's work / the reference's (judge/work.py)."
+    )
     epilogue_ops: dict[str, int] = Field(
         default_factory=dict,
         description="PyTorch reductions/scales run after the last kernel on its output only "

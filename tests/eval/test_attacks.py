@@ -6,14 +6,17 @@ Covers: one module-scoped Evaluator per mode (CPU interpreter, fast corpus setti
 the verdict status and rule from the manifest, then the machine checks of MachineWatch (no file
 outside the scratch dir, no loopback connection, the sentinel process and file intact), the fork
 server alive and without leftover children, and stdout/stderr capped; the hook-stopped machine
-attacks again in the degraded sandbox (rlimits, no namespaces); hybrid mode: pure PyTorch
-accepted with custom_share 0, a half-Triton solution accepted with 0 < share < 1 and rejected
-once `min_custom_share` is above its share. Does not cover: GPU-only attacks (side streams,
+attacks again in the degraded sandbox (rlimits, no namespaces, as root only because the settings
+allow it, with the warning in the verdict; refused without that setting); hybrid mode: pure
+PyTorch accepted with custom_share 0, a half-Triton solution accepted with 0 < share < 1 (by
+work) and rejected once `min_custom_share` is above its share; every class of issue 14 covered
+by at least two attack variants. Does not cover: GPU-only attacks (side streams,
 implausible speedups: tests/gpu/test_attacks_gpu.py) or legitimate solutions (test_legit.py).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,6 +44,7 @@ def strict() -> Iterator[Evaluator]:
 def degraded() -> Iterator[Evaluator]:
     s = hc.base_settings("strict")
     s.sandbox = "rlimits"
+    s.sandbox_allow_root = True
     with Evaluator(s) as ev:
         yield ev
 
@@ -59,6 +63,7 @@ def judge(
     try:
         s = hc.settings_for(case, mode)
         s.sandbox = sandbox
+        s.sandbox_allow_root = sandbox == "rlimits"
         v = ev.evaluate(hc.problem(case["problem"]), watch.render(case["source"]), s)
         res = ev.started().get("cpu")
         server = res.server if res is not None else None
@@ -92,6 +97,9 @@ def test_corpus_size_and_classes() -> None:
     for c in every:
         assert "ModelNew" in c["source"], c["file"]
         assert c["status"] in {s.value for s in Status}, c["file"]
+    per_class = {k: [c for c in every if c.get("issue14_class") == k] for k in range(1, 10)}
+    for k, found in per_class.items():  # every attack class of issue 14, two variants or more
+        assert len(found) >= 2, f"issue-14 class {k}: {[c['file'] for c in found]}"
 
 
 @pytest.mark.parametrize("case", ATTACKS, ids=[c["file"] for c in ATTACKS])
@@ -110,6 +118,8 @@ def test_machine_attack_blocked_without_namespaces(
     v, damage = judge(degraded, case, "strict", sandbox="rlimits")
     expect(v, case, case["status"], case["rule"])
     assert damage == [], f"{case['file']}: {damage}"
+    if v.phase != "static" and os.getuid() == 0:  # nobody, or root with the warning, always said
+        assert any("nobody" in n or "sandbox_allow_root" in n for n in v.notes), v.notes
 
 
 @pytest.mark.parametrize("case", HYBRID, ids=[c["file"] for c in HYBRID])
@@ -118,7 +128,7 @@ def test_attack_in_hybrid_mode(hybrid: Evaluator, case: dict[str, Any]) -> None:
     if case["hybrid"] == "same":
         expect(v, case, case["status"], case["rule"])
     else:
-        expect(v, case, case["hybrid"], None)
+        expect(v, case, case["hybrid"], case.get("hybrid_rule"))
     assert damage == [], f"{case['file']}: {damage}"
 
 
@@ -138,7 +148,8 @@ def test_half_triton_share_and_minimum(hybrid: Evaluator) -> None:
     assert v.status is Status.CORRECT, v.message
     share = v.audit.custom_share
     assert share is not None and 0.0 < share < 1.0
-    assert v.audit.share_basis == "cpu_time"
+    assert v.audit.share_basis == "work"
+    assert share == pytest.approx(1 - 8 / 20, abs=0.02)  # sigmoid moves 8n of the 20n bytes
     assert "aten::sigmoid" in v.audit.torch_ops and v.audit.kernels == ["mul_kernel"]
     s = hc.base_settings("hybrid")
     s.min_custom_share = min(1.0, share + (1.0 - share) / 2)
@@ -157,3 +168,21 @@ def test_host_compute_cannot_game_a_required_share(hybrid: Evaluator) -> None:
     s.min_custom_share = 0.5  # numpy work is invisible to the share: no longer tolerated
     v = hybrid.evaluate(hc.problem(case["problem"]), case["source"], s)
     assert v.status is Status.REWARD_HACK and v.rule == "host_read", v.message
+
+
+def test_rlimits_sandbox_refuses_root_unless_allowed() -> None:
+    """Without namespaces and without a usable `nobody` the candidate would run as root: refused
+    with one clear verdict unless `sandbox_allow_root`, and then every verdict says so."""
+    case = next(c for c in hc.cases("legit") if c["file"] == "l19_reused_output_buffer.py")
+    s = hc.base_settings("strict")
+    s.sandbox = "rlimits"
+    with Evaluator(s) as ev:
+        v = ev.evaluate(hc.problem(case["problem"]), case["source"], s)
+        s.sandbox_allow_root = True
+        allowed = ev.evaluate(hc.problem(case["problem"]), case["source"], s)
+    if any("nobody" in n for n in allowed.notes):
+        pytest.skip("the rlimits sandbox can use `nobody` on this machine")
+    assert v.status is Status.INTERNAL_ERROR and v.phase == "sandbox", v.message
+    assert "sandbox_allow_root" in v.message and not v.correct
+    assert allowed.status is Status.CORRECT, allowed.message
+    assert any("runs as root" in n and "sandbox_allow_root" in n for n in allowed.notes)

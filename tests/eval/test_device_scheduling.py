@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from tritonforge.config.eval import EvalSettings
+import helpers.hack_corpus as hc
 from tritonforge.evaluation.judge import evaluator as evaluator_module
 from tritonforge.evaluation.judge.admission import evaluation_bytes
 from tritonforge.evaluation.judge.compare import compare_to_reference
@@ -61,17 +61,7 @@ class ModelNew(nn.Module):
 """
 
 
-def _settings(**kw) -> EvalSettings:
-    base = dict(
-        device="cpu",
-        time_on_cpu=True,
-        correctness_trials=2,
-        perf_trials=8,
-        perf_rounds=2,
-        perf_warmup=1,
-        bootstrap_samples=200,
-    )
-    return EvalSettings(**{**base, **kw})
+_settings = hc.cpu_timing_settings
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +97,21 @@ def test_no_worker_request_overlaps_a_timing(builtin) -> None:
     assert len(timings) >= len(names) and len(shared) >= 4 * len(names)
     for a, b in timings:
         assert not any(x < b and a < y for x, y in shared), "worker work during a timing"
+
+
+def test_a_reference_is_not_evicted_between_loading_and_timing(builtin) -> None:
+    """Evaluations load their reference under the shared gate and time it under the exclusive
+    one; another evaluation's load in between once evicted it ("nothing loaded under ...", a
+    judge fault on 20 of 135 KernelBench problems on an H200). One timing slot makes every
+    concurrent load an eviction attempt: each must find its own reference still loaded."""
+    names = ["relu", "sigmoid", "tanh", "leaky_relu", "gelu", "softplus"]
+    with Evaluator(_settings()) as ev, ThreadPoolExecutor(4) as pool:
+        timer = ev.resources("cpu").timer
+        timer.max_entries = 1
+        verdicts = list(pool.map(lambda n: ev.evaluate(builtin[n], builtin[n].solution_src), names))
+        assert not timer.pins, "every pin released"
+    for v in verdicts:
+        assert v.status is Status.CORRECT, (v.problem_id, v.status, v.message)
 
 
 def _kill_timer_during_timing(ev: Evaluator, times: int, stop: threading.Event) -> None:

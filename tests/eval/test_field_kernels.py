@@ -2,8 +2,8 @@
 hybrid mode on the CPU interpreter: the false positives found on real output stay fixed.
 
 Covers: plain-Triton layer norm; heavy work in Triton closed by one aten::mean / aten::div over
-the kernel's output (hybrid: correct, the epilogue reported; strict: rule torch_epilogue, not
-torch_compute); shape and allocation glue (reshape_as, view_as, expand_as, empty_strided, mT);
+the kernel's output (hybrid: correct, the epilogue reported, the share by work below 1; strict:
+rule torch_epilogue, not torch_compute); shape and allocation glue (reshape_as, view_as, expand_as, empty_strided, mT);
 weights drawn from a private torch.Generator in __init__ (allowed) versus the global RNG
 (seed_probe) and a private generator replaying a known harness seed (gains nothing);
 KernelBook/KernelLLM-style Inductor output (plain @triton.jit with runtime helpers, a persistent
@@ -49,6 +49,9 @@ def _check(judge: Evaluator, case: dict[str, Any], mode: str) -> None:
     if mode == "hybrid" and "epilogue" in case:
         assert v.audit is not None and v.audit.epilogue_ops == case["epilogue"], detail
         assert any("epilogue" in n for n in v.notes), v.notes
+        # the epilogue's O(output) work counts in the share by work like any PyTorch op
+        share = v.audit.custom_share
+        assert v.audit.share_basis == "work" and share is not None and 0 < share < 1, detail
     if mode == "strict" and v.rule == "torch_epilogue":
         assert "hybrid mode accepts" in v.message.lower(), v.message
     if v.rule == "seed_probe":

@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-ATTACKS = hc.cases("attacks")
+ATTACKS = [c for c in hc.cases("attacks") if not c.get("cpu_only")]
 LEGIT = hc.cases("legit")
 
 

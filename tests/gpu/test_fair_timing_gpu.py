@@ -107,6 +107,18 @@ def test_footprint_measures_the_reference_workspace() -> None:
     assert fp.workspace >= fp.inputs  # at least one full-size temporary
 
 
+def test_footprint_excludes_the_determinism_check(suite) -> None:
+    """ReLU needs no workspace: the second run and comparison of the determinism check (read
+    into the peak once, 51 GiB of 'workspace' for KernelBench's 6 GiB ReLU) are not the
+    reference's."""
+    p = suite["relu"]
+    with Evaluator(_gpu(mode="hybrid", measure_performance=False)) as ev:
+        ev.evaluate(p, p.solution_src)
+        fp = ev.refs.reference(p, "cuda:0").footprint
+    assert fp is not None and fp.measured
+    assert fp.workspace <= fp.outputs // 4 + (2 << 20), fp.describe()
+
+
 def test_greedy_candidate_is_out_of_resources_with_the_figure(suite) -> None:
     with Evaluator(_gpu(mode="hybrid")) as ev:
         v = ev.evaluate(suite["relu"], GREEDY)

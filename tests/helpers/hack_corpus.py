@@ -3,7 +3,8 @@ placeholders, and the machine-level watch used by the class-4 attacks.
 
 Covers: loading `corpus/{attacks,legit}/manifest.toml`; resolving a case's problem (`builtin/NAME`
 from the built-in suite at the cpu preset, or `ref:NAME` from corpus/references); the fast
-settings every corpus test uses plus a case's own overrides; filling `@@KEY@@` placeholders in
+settings every corpus test uses plus a case's own overrides, and those that run the timing path
+on the CPU; filling `@@KEY@@` placeholders in
 attack sources (paths outside the sandbox, a loopback port, a sentinel process and file);
 `MachineWatch`, which sets those up and afterwards checks that nothing happened to the machine.
 Does not cover: the assertions on verdicts (test_attacks.py, test_legit.py).
@@ -76,6 +77,21 @@ def base_settings(mode: str = "strict", device: str = "cpu") -> EvalSettings:
     s.limits.memory_mb = 4096
     s.limits.cpu_seconds = 120
     return s
+
+
+def cpu_timing_settings(**kw: Any) -> EvalSettings:
+    """The timing path on the CPU (`time_on_cpu`; its numbers mean nothing): 2 correctness
+    trials, then 2 rounds of 1 warmup + 4 timed calls; `kw` overrides."""
+    base: dict[str, Any] = dict(
+        device="cpu",
+        time_on_cpu=True,
+        correctness_trials=2,
+        perf_trials=8,
+        perf_rounds=2,
+        perf_warmup=1,
+        bootstrap_samples=200,
+    )
+    return EvalSettings(**{**base, **kw})
 
 
 def settings_for(case: dict[str, Any], mode: str = "strict", device: str = "cpu") -> EvalSettings:

@@ -61,3 +61,16 @@ def test_timing_consistency_quick_fields(tmp_path: Path) -> None:
     n = len(doc["rows"])
     _run("timing_consistency.py", "--quick", "--sections", "repeat,self,self_w1", "--out", str(out))
     assert len(json.loads(out.read_text())["rows"]) == n
+
+
+def test_rounded_median_stays_within_its_percentiles() -> None:
+    """A median rounded to 4 digits once printed above an unrounded p95 (0.9971 > 0.99707)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import statistics
+
+    import bench_common as bc
+
+    for xs in ([0.99704, 0.9970703070607828], [1.00005, 1.000049, 0.5], [2.0]):
+        med = round(statistics.median(xs), 4)
+        assert bc.percentile(xs, 0.05, 4) <= med <= bc.percentile(xs, 0.95, 4)
+    assert bc.percentile([], 0.5, 4) is None

@@ -64,14 +64,9 @@ def make_request(i: int) -> tuple[dict[str, Any], str]:
         return {"suite": "builtin", "problem_id": "relu", "source": src, "settings": settings}, (
             "numerical_mismatch"
         )
-    if kind == 7:  # segfault inside the kernel (out-of-bounds load in the interpreter)
-        src = (
-            RELU.replace(
-                "tl.load(x_ptr + offsets, mask=mask, other=0.0)",
-                "tl.load(x_ptr + offsets + (1 << 44))",
-            )
-            + f"\n# {i}\n"
-        )
+    if kind == 7:  # segfault in forward (an out-of-bounds load in the interpreter is refused
+        # as illegal_memory_access before it can crash: sandbox/audit_memory.py)
+        src = _with_body("        import faulthandler\n        faulthandler._sigsegv()\n", str(i))
         return {"suite": "builtin", "problem_id": "relu", "source": src, "settings": settings}, (
             "crash"
         )

@@ -461,7 +461,7 @@ def _main(argv: list[str]) -> int:
     items = json.load(sys.stdin)
     # references in exact fp32, as the evaluator runs them (regression: cuDNN's default TF32 made
     # the conv2d reference itself off by 1e-3 on the H200, failing a correct solution)
-    from tritonforge.evaluation.judge.reference import exact_fp32
+    from tritonforge.evaluation.sandbox.numerics import exact_fp32
 
     exact_fp32()
     with tempfile.TemporaryDirectory(prefix="tf_builtin_") as tmp:

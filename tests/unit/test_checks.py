@@ -284,6 +284,91 @@ def test_aliases_are_resolved() -> None:
     assert rule_of(model(OK_FORWARD, "from torch import compile as make")) == "generated_code"
 
 
+# What a name resolves to (issue 14): (rule, line(s) in forward, prelude, a close line that passes)
+RESOLVED = [
+    ("profiler_tamper", 'on = getattr(torch.autograd, "_profiler_enabled")()', "", "on = True"),
+    ("introspection", 'm = getattr(sys, "modules")', "import sys", 'v = getattr(sys, "version")'),
+    ("introspection", 'm = sys.modules["os"]', "import sys", "v = sys.version_info[0]"),
+    ("judge_tamper", "T.detach = None", "T = torch.Tensor", "t = x.detach()"),
+    ("judge_tamper", "P.numpy = None", "P = torch\nQ = P.Tensor\nP = Q", "n = x.numel()"),
+    ("judge_tamper", 'setattr(T, "detach", None)', "T = torch.Tensor", 'setattr(self, "k", 1)'),
+    (
+        "forbidden_import",
+        "t = logging.threading.Thread",
+        "import logging",
+        "lg = logging.getLogger()",
+    ),
+    ("forbidden_import", "q = queue.threading", "import queue", "q = queue.Queue()"),
+    ("forbidden_import", 'c = getattr(email.utils, "socket")', "import email.utils", "n = 1"),
+    ("dispatcher_escape", 'C = getattr(torch, "_C")', "", 'f = getattr(torch, "float32")'),
+    ("dispatcher_escape", 'C = operator.attrgetter("_C")(torch)', "import operator", "n = 1"),
+    ("generated_code", 'c = getattr(torch, "compile")', "", 'e = getattr(torch, "empty")'),
+    ("process_control", 'k = getattr(os, "kill")', "import os", 'p = getattr(os, "sep")'),
+    ("dynamic_code", 'a = operator.attrgetter("fo" + "rk")(os)', "import operator, os", "n = 1"),
+    ("dynamic_code", "f = functools.reduce(getattr, ['x'], x)", "import functools", "n = 1"),
+    ("introspection", "setter = object.__setattr__", "", "n = 1"),
+]
+
+
+@pytest.mark.parametrize(
+    ("rule", "line", "prelude", "good"),
+    RESOLVED,
+    ids=[f"{c[0]}-{i}" for i, c in enumerate(RESOLVED)],
+)
+def test_names_resolved_before_rules(rule: str, line: str, prelude: str, good: str) -> None:
+    bad = model(line + "\n" + OK_FORWARD, prelude)
+    assert rule_of(bad) == rule, run_static(bad).message
+    assert rule_of(bad, "hybrid") == rule  # all of these apply in hybrid mode too
+    ok = run_static(model(good + "\n" + OK_FORWARD, prelude))
+    assert ok.status is None, (ok.rule, ok.message)
+
+
+def test_host_views_of_tensor_memory_strict_only() -> None:
+    bad = model("spec = x.__array_interface__\n" + OK_FORWARD)
+    assert rule_of(bad) == "host_read" and rule_of(bad, "hybrid") is None
+    assert rule_of(model('k = "__cuda_array_interface__"\n' + OK_FORWARD)) == "host_read"
+
+
+KERNEL_HELPER = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+{prelude}
+
+
+@triton.jit
+def k(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, {expr}, mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        k[(1,)](x, out, x.numel(), BLOCK=1024)
+        return out
+"""
+
+
+@pytest.mark.parametrize(
+    ("prelude", "expr", "bad"),
+    [
+        ("def helper(t):\n    return t", "helper(x)", True),
+        ("@triton.jit\ndef helper(t):\n    return t", "helper(x)", False),
+        ("ACT = 0\ndef setup():\n    global ACT\n    ACT = print", "ACT(x)", True),
+        ("SCALE = 2.0", "x * SCALE", False),
+        ("", "x.handle", True),
+        ("", "x.to(tl.float32)", False),
+    ],
+)
+def test_python_in_kernel_body(prelude: str, expr: str, bad: bool) -> None:
+    r = run_static(KERNEL_HELPER.format(prelude=prelude, expr=expr), "hybrid", "triton")
+    assert (r.rule == "python_in_kernel") is bad, (r.rule, r.message)
+
+
 @pytest.mark.parametrize(
     "name",
     [

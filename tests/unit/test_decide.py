@@ -17,8 +17,9 @@ from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge import decide
 from tritonforge.evaluation.sandbox import audit_hook
 from tritonforge.evaluation.sandbox.audit_hook import Origin
-from tritonforge.evaluation.sandbox.audit_state import STATE
-from tritonforge.types import Status
+from tritonforge.evaluation.sandbox.audit_state import STATE, Armed
+from tritonforge.evaluation.sandbox.glue import glue_digest
+from tritonforge.types import Problem, Status, Verdict
 
 CLEAN = {"launches_ok": 2, "snapshotted": 2, "wrote_any": True, "ops": {}, "violations": []}
 WRITTEN = {"numel": 10, "launched_on": True, "from_kernel": True}
@@ -136,60 +137,86 @@ def test_event_rules(event: str, args: tuple, expected: str | None) -> None:
     assert audit_hook.rule_for(event, args) == expected
 
 
-def test_filesystem_allows_scratch_only(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    monkeypatch.setattr(STATE, "scratch", str(tmp_path))
+def _hook(scratch: str = "/nonexistent-scratch") -> audit_hook.Hook:
+    """An armed hook object, never installed (its decisions only)."""
+    hook = audit_hook.Hook(stub_codes=())
+    hook.arm(Armed("/nonexistent/candidate.py", scratch, ("triton",), True))
+    return hook
+
+
+def test_filesystem_allows_scratch_only(tmp_path) -> None:
+    hook = _hook(str(tmp_path))
     ok = ("open", (str(tmp_path / "a.txt"), "w", 0))
-    assert audit_hook.allowed("filesystem", *ok, CAND)
-    assert not audit_hook.allowed("filesystem", "open", ("/etc/passwd", "a", 0), CAND)
-    assert audit_hook.allowed("filesystem", "open", ("/etc/passwd", "r", 0), CAND)
-    assert not audit_hook.allowed("filesystem", "open", ("/proc/self/mem", "r", 0), CAND)
-    assert not audit_hook.allowed("filesystem", "os.remove", ("/tmp/x", None), CAND)
-    assert not audit_hook.allowed(
+    assert hook.allowed("filesystem", *ok, CAND)
+    assert not hook.allowed("filesystem", "open", ("/etc/passwd", "a", 0), CAND)
+    assert hook.allowed("filesystem", "open", ("/etc/passwd", "r", 0), CAND)
+    assert not hook.allowed("filesystem", "open", ("/proc/self/mem", "r", 0), CAND)
+    assert not hook.allowed("filesystem", "os.remove", ("/tmp/x", None), CAND)
+    assert not hook.allowed(
         "filesystem", "os.rename", (str(tmp_path / "a"), "/tmp/b", None, None), CAND
     )
     library = Origin(True, "library", "library", "library", "")
-    assert audit_hook.allowed("filesystem", "open", ("/etc/x", "w", 0), library)
+    assert hook.allowed("filesystem", "open", ("/etc/x", "w", 0), library)
 
 
 def test_frames_handed_out_by_stdlib_are_blocked() -> None:
+    hook = _hook()
     direct = Origin(True, "candidate", "candidate", "candidate", "")
     via_traceback = Origin(True, "stdlib", "candidate", "candidate", "traceback")
+    via_formatter = Origin(True, "stdlib", "candidate", "candidate", "string")
     via_namedtuple = Origin(True, "stdlib", "candidate", "candidate", "collections")
     inside_logging = Origin(True, "stdlib", "stdlib", "candidate", "logging")
     inside_triton = Origin(True, "triton", "triton", "triton", "")
     for o, ok in [
         (direct, False),
         (via_traceback, False),
+        (via_formatter, False),  # string.Formatter().get_field("0.tb_frame", ...)
         (via_namedtuple, True),
         (inside_logging, True),
         (inside_triton, True),
     ]:
-        assert audit_hook.allowed("introspection", "sys._getframe", (None,), o) is ok, o
-    assert not audit_hook.allowed("introspection", "gc.get_objects", (-1,), via_namedtuple)
-    assert audit_hook.allowed("introspection", "gc.get_objects", (-1,), inside_triton)
+        assert hook.allowed("introspection", "sys._getframe", (None,), o) is ok, o
+    assert not hook.allowed("introspection", "gc.get_objects", (-1,), via_namedtuple)
+    assert hook.allowed("introspection", "gc.get_objects", (-1,), inside_triton)
 
 
-def test_spawn_native_import_network() -> None:
+def test_spawn_native_import_network_threads() -> None:
+    hook = _hook()
     triton = Origin(True, "stdlib", "stdlib", "triton", "subprocess")
-    assert audit_hook.allowed("process_spawn", "subprocess.Popen", (), triton)
-    assert not audit_hook.allowed("process_spawn", "os.fork", (), CAND)
-    assert audit_hook.allowed("native_code", "ctypes.dlopen", (), triton)
-    assert not audit_hook.allowed("native_code", "ctypes.dlopen", (), CAND)
-    assert not audit_hook.allowed("forbidden_import", "import", ("socket",), CAND)
-    assert not audit_hook.allowed("network", "socket.connect", (), triton)
+    assert hook.allowed("process_spawn", "subprocess.Popen", (), triton)
+    assert not hook.allowed("process_spawn", "os.fork", (), CAND)
+    assert hook.allowed("native_code", "ctypes.dlopen", (), triton)
+    assert not hook.allowed("native_code", "ctypes.dlopen", (), CAND)
+    assert not hook.allowed("forbidden_import", "import", ("socket",), CAND)
+    assert not hook.allowed("network", "socket.connect", (), triton)
+    assert audit_hook.rule_for("_thread.start_new_thread", (None, ())) == "background_thread"
+    assert not hook.allowed("background_thread", "_thread.start_new_thread", (), triton)
+    code_write = ("object.__setattr__", (None, "__code__", None))
+    assert audit_hook.rule_for(*code_write) == "introspection"
+    assert not hook.allowed("introspection", *code_write, CAND)
+
+
+def test_hook_arms_once() -> None:
+    hook = _hook()
+    with pytest.raises(RuntimeError, match="once"):
+        hook.arm(Armed("/x", "/y"))
 
 
 def test_import_guard_blocks_forbidden_roots(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(STATE, "violations", [])
-    ns: dict = {}
-    audit_hook.guard_module(ns)
-    imp = ns["__builtins__"]["__import__"]
+    hook, guard = _hook(), audit_hook._BUILTIN["tritonforge.import"]
+
+    def imp(name: str, level: int = 0):
+        box: list = []
+        guard(hook, (0, name, level, box), None)
+        return box[0](name, None, None, (), level)
+
     assert imp("math").__name__ == "math"
-    for name in ("socket", "tritonforge.evaluation.sandbox.audit", "posix", "ctypes.util"):
+    for name in ("socket", "tritonforge.evaluation.sandbox.audit", "posix", "ctypes.util", "pydoc"):
         with pytest.raises(ImportError, match="blocked"):
             imp(name)
     with pytest.raises(ImportError, match="relative"):
-        imp("x", None, None, (), 1)
+        imp("x", 1)
     assert STATE.violations[0].startswith("forbidden_import: import of socket")
 
 
@@ -215,3 +242,56 @@ def test_cuda_backend_is_not_held_to_triton_launch_rules() -> None:
     assert rule({"ops": {"aten::relu": 1}}, backend="cuda") == "torch_compute"
     assert rule(facts={"expanded": [0]}, backend="cuda") == "broadcast_output"
     assert rule(facts={"stale": [0]}, backend="cuda") == "cached_result"
+
+
+# ---- issue 14: signatures, integrity, the judge's own glue list ---------------------------------
+
+
+def test_caching_check_compares_launch_signatures() -> None:
+    s = EvalSettings()
+    fresh = "sig-fresh"
+    same = {"repeat": True, "first_signature": fresh, "signature": fresh, "provenance": [WRITTEN]}
+    assert decide.decide_audit(dict(CLEAN), same, s, False, [fresh]) is None
+    replay = {**same, "signature": "sig-copy", "signature_lines": ["copy|(4,)||-,out0"]}
+    hit = decide.decide_audit(dict(CLEAN), replay, s, False, [fresh])
+    assert hit[0] == "cached_result" and "copy|(4,)" in hit[1]
+    unprofiled = {**same, "first_signature": "sig-torch"}  # the light call alone differed
+    assert decide.decide_audit(dict(CLEAN), unprofiled, s, False, [fresh])[0] == "launch_mismatch"
+    # the first trial's calls may do one-off work (autotune, a weight layout): not compared
+    assert decide.decide_audit(dict(CLEAN), replay, s, False, None) is None
+    hybrid = EvalSettings(mode="hybrid")
+    assert decide.decide_audit(dict(CLEAN), replay, hybrid, False, [fresh])[0] == "cached_result"
+
+
+def test_timed_calls_must_match_the_profiled_signature() -> None:
+    s = EvalSettings()
+    v = Verdict(status=Status.CORRECT)
+    records = [{"launches": 1}]
+    problem = Problem(id="p", suite="s", name="p", reference_src="")
+    ok = decide.decide_timing(
+        v, [1, 1], records, True, problem, 0, s, signatures=["a", "a"], history=["a", "a"]
+    )
+    assert ok is None
+    odd = decide.decide_timing(
+        v, [1, 1], records, True, problem, 0, s, signatures=["a", "b"], history=["a", "a"]
+    )
+    assert odd[0] == "launch_mismatch" and "1 of 2" in odd[1]
+    # profiled trials that disagree among themselves (data-dependent launches): not compared
+    assert decide.stable_signature(["a", "b"]) is None and decide.stable_signature([]) is None
+    unstable = decide.decide_timing(
+        v, [1], records, True, problem, 0, s, signatures=["b"], history=["a", "b"]
+    )
+    assert unstable is None
+
+
+def test_integrity_and_reclassified_ops() -> None:
+    armed = "/tmp/scratch/candidate.py|/tmp/scratch|triton|True"
+    good = {"integrity": {"armed": armed, "glue": glue_digest()}}
+    assert decide.check_integrity(armed, good) is None
+    assert decide.check_integrity(armed, {"integrity": {"armed": "", "glue": glue_digest()}})
+    assert decide.check_integrity(armed, {"integrity": {"armed": armed, "glue": "widened"}})
+    assert decide.check_integrity(armed, {})[0] == "judge_tamper"
+    assert decide.check_integrity("", good)[0] == "judge_tamper"  # never armed at load
+    audit = {**CLEAN, "glue": {"aten::relu": 2, "aten::view": 1}, "ops": {}}
+    assert rule(audit) == "torch_compute"  # the worker's glue list said relu is glue
+    assert audit["ops"] == {"aten::relu": 2} and audit["glue"] == {"aten::view": 1}

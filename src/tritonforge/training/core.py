@@ -24,6 +24,7 @@ from torch import nn
 
 from tritonforge.config.train import BatchConfig, DistConfig, ModelConfig, OptimConfig
 from tritonforge.logging_setup import get_logger
+from tritonforge.model_cast import cast_model
 from tritonforge.training import checkpoint as ckpt
 from tritonforge.training.batching import MicroBatch, TrainSequence, make_micro_batches
 from tritonforge.training.distributed import (
@@ -98,7 +99,7 @@ class TrainCore:
         if lm is None:
             lm = load_causal_lm(model_cfg, dtype=self.param_dtype)
         else:
-            lm = prepare_for_training(lm.to(self.param_dtype), model_cfg)
+            lm = prepare_for_training(cast_model(lm, self.param_dtype), model_cfg)
         self.lm = lm.to(self.ctx.device)
         self.tokenizer = tokenizer
         self.pad_id = pad_id_of(lm, tokenizer)

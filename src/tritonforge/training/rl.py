@@ -39,6 +39,7 @@ from torch import nn
 
 from tritonforge.config.train import TrainerConfig
 from tritonforge.logging_setup import get_logger
+from tritonforge.model_cast import cast_model
 from tritonforge.training.batching import (
     TrainSequence,
     count_tokens,
@@ -116,7 +117,7 @@ class RLTrainer:
         self.ctx = self.core.ctx
         self.ref: PolicyModel | None = None
         if ref_lm is not None:
-            ref_lm = ref_lm.to(self.core.compute_dtype).to(self.ctx.device)
+            ref_lm = cast_model(ref_lm, self.core.compute_dtype, self.ctx.device)
             self.ref = make_policy(ref_lm, cfg.batch, self.core.compute_dtype)
             shard_model(self.ref, ref_lm, cfg.dist, self.ctx)
         self.version = 0

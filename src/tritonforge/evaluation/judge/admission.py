@@ -23,10 +23,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from tritonforge.evaluation.judge.compare import CHUNK
+
 GIB = 1 << 30
 L2_FLUSH_BYTES = 256 << 20  # each timing process's flush buffer (sandbox/timing_loop.py)
 SLACK = 1.15  # caching-allocator rounding and fragmentation
-COMPARE_TEMPORARIES = 4  # peak temporaries of compare.py, in output sizes (diff, masks, scale)
+# compare.py works chunk by chunk (compare.CHUNK elements): its temporaries (differences,
+# masks, scores; fp64 at worst) are at most this many bytes per element of a chunk
+COMPARE_BYTES_PER_ELEMENT = 64
+
+
+def compare_bytes(outputs: int) -> int:
+    """Device bytes of the comparison's temporaries for outputs of `outputs` bytes."""
+    return min(4 * outputs, COMPARE_BYTES_PER_ELEMENT * CHUNK)
 
 
 def gib(n: float) -> str:
@@ -64,14 +73,16 @@ def evaluation_bytes(fp: Footprint, worker_context: int) -> int:
     worker += fp.workspace
     # judge: the shared input/output buffers, the case in use (packed inputs, expected outputs),
     # the copy of the worker's outputs and the comparison's temporaries
-    judge = 2 * fp.inputs + (3 + COMPARE_TEMPORARIES) * fp.outputs
+    judge = 2 * fp.inputs + 3 * fp.outputs + compare_bytes(fp.outputs)
     return int((worker + judge + timer_entry_bytes(fp)) * SLACK)
 
 
 def case_build_bytes(fp: Footprint) -> int:
     """What building a problem's first case may hold in the judge: inputs drawn, the reference's
-    copy of them, its outputs and workspace, the packed copy of the inputs."""
-    return int((3 * fp.inputs + 2 * fp.outputs + fp.workspace) * SLACK)
+    copy of them, its outputs and workspace, the packed copy of the inputs, and the determinism
+    check's second run compared with the first (problem_check.py)."""
+    outs = 3 * fp.outputs + compare_bytes(fp.outputs)
+    return int((3 * fp.inputs + outs + fp.workspace) * SLACK)
 
 
 class JudgeOutOfMemory(Exception):

@@ -53,6 +53,8 @@ class CandidateRun:
     records: list[dict[str, Any]] = field(default_factory=list)  # audit record of each trial
     notes: list[str] = field(default_factory=list)
     compiled: bool = False  # a kernel has launched (or, CUDA backend, the extension built and ran)
+    armed: str = ""  # the audit's configuration as the worker reported it at load
+    signatures: list[str] = field(default_factory=list)  # launch signature of each trial
     preimports: list[str] = field(default_factory=list)  # Inductor runtime modules to import first
     waited_s: float = 0.0  # time the worker waited for a CPU, summed over requests
     device_oom: bool = False  # a request failed for lack of device memory

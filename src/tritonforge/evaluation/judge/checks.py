@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from tritonforge.evaluation.judge import inductor_rules
 from tritonforge.evaluation.judge.kernel_checks import name_chain as _chain
 from tritonforge.evaluation.judge.kernel_checks import python_in_kernel
+from tritonforge.evaluation.judge.resolve import Resolver
 from tritonforge.evaluation.sandbox.forbidden import FORBIDDEN_MODULES
 from tritonforge.types import Status
 
@@ -66,7 +67,33 @@ INTROSPECTION_ATTRS = {
     "__func__",
     "__mro__",
     "__bases__",
+    "__setattr__",
+    "__delattr__",
 }
+# host views of tensor memory without a torch call (numpy's and CUDA's array interfaces)
+HOST_VIEW_NAMES = {"__array_interface__", "__array_struct__", "__cuda_array_interface__"}
+# forbidden modules that other modules expose as attributes (logging.threading, queue.threading)
+REACHABLE_FORBIDDEN = {
+    "threading",
+    "_thread",
+    "concurrent",
+    "multiprocessing",
+    "subprocess",
+    "socket",
+    "ctypes",
+    "gc",
+    "importlib",
+    "builtins",
+    "pickle",
+    "marshal",
+    "pydoc",
+    "pkgutil",
+    "runpy",
+    "mmap",
+    "weakref",
+    "tritonforge",
+}
+VALUE_ONLY_CALLS = {"getattr", "setattr", "delattr"}  # passing these around hides the name
 DYNAMIC_CALLS = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
 GENERATED = {
     ("torch", "compile"),
@@ -158,10 +185,12 @@ INTROSPECTION_STRINGS = INTROSPECTION_ATTRS | {"__import__", "f_builtins", "gi_c
 
 
 class _Visitor(ast.NodeVisitor):
-    def __init__(self, aliases: dict[str, tuple[str, ...]]):
+    def __init__(self, resolver: Resolver):
         self.findings: list[Finding] = []
-        self.aliases = aliases  # local name -> module path (import torch as t -> t: ('torch',))
+        self.resolver = resolver
+        self.aliases = resolver.aliases  # name -> module path (imports and local aliases)
         self.inner: set[int] = set()  # ids of Attribute nodes that are prefixes of a longer chain
+        self.called: set[int] = set()  # ids of Name nodes that are the function of a call
         self.helper_inner: set[int] = set()  # prefixes of an allowed Inductor runtime path
         self.helper_paths: list[tuple[str, ...]] = []  # allowed Inductor runtime paths used
 
@@ -169,10 +198,49 @@ class _Visitor(ast.NodeVisitor):
         self.findings.append(Finding(rule, getattr(node, "lineno", 0), msg))
 
     def resolved(self, node: ast.AST) -> tuple[str, ...]:
-        c = _chain(node)
-        if c and c[0] in self.aliases:
-            return self.aliases[c[0]] + c[1:]
-        return c
+        return self.resolver.path(node) or _chain(node)
+
+    def _check_path(self, node: ast.AST, path: tuple[str, ...], whole: bool) -> None:
+        """Rules on what a name resolves to; `whole`: the path is a complete chain (not the
+        prefix of a longer one), so prefix rules apply."""
+        for prefix in GENERATED:
+            if path[: len(prefix)] == prefix and (whole or len(path) == len(prefix)):
+                self.add(
+                    "generated_code",
+                    node,
+                    f"{'.'.join(path)}: generated code (torch.compile/jit/fx) is not a custom kernel",
+                )
+        for prefix in ESCAPES:
+            if path[: len(prefix)] == prefix and (whole or len(path) == len(prefix)):
+                self.add(
+                    "dispatcher_escape",
+                    node,
+                    f"{'.'.join(path)}: private dispatcher APIs are not allowed",
+                )
+        if (
+            path[-1] in SEED_PROBES
+            and path[0] in ("torch", "random", "numpy", "np")
+            and len(path) <= 4
+        ):
+            self.add("seed_probe", node, f"{'.'.join(path)}: {SEED_ADVICE}")
+        if any(path[i : i + 2] == ("sys", "modules") for i in range(len(path) - 1)):
+            self.add(
+                "introspection", node, "sys.modules: reaching other modules' state is not allowed"
+            )
+        if path[:2] in PROCESS_EXIT:
+            self.add(
+                "process_control", node, f"{'.'.join(path[:2])}: process control is not allowed"
+            )
+        hidden = [p for p in path[1:] if p in REACHABLE_FORBIDDEN]
+        if hidden or path[0] in FORBIDDEN_MODULES - {"types", "code", "signal"}:
+            what = hidden[0] if hidden else path[0]
+            self.add(
+                "forbidden_import",
+                node,
+                f"{'.'.join(path)}: the module {what} is not allowed in a candidate",
+            )
+        if whole:
+            self._profiler(node, path)
 
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
@@ -243,10 +311,14 @@ class _Visitor(ast.NodeVisitor):
                 node,
                 f"the string {node.value!r} names interpreter internals, which are not allowed",
             )
+        if isinstance(node.value, str) and node.value in HOST_VIEW_NAMES:
+            self.add("host_read", node, f"{node.value!r}: a host view of tensor memory")
 
     def visit_Name(self, node: ast.Name) -> None:
         if node.id == "__builtins__":
             self.add("introspection", node, "__builtins__ is not accessible to candidates")
+        if node.id in VALUE_ONLY_CALLS and id(node) not in self.called:
+            self.add("dynamic_code", node, f"{node.id} used as a value hides the attribute name")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in INTROSPECTION_ATTRS:
@@ -255,7 +327,9 @@ class _Visitor(ast.NodeVisitor):
                 node,
                 f".{node.attr}: introspection of interpreter internals is not allowed",
             )
-        path = self.resolved(node)
+        if node.attr in HOST_VIEW_NAMES:
+            self.add("host_read", node, f".{node.attr}: a host view of tensor memory")
+        path = self.resolver.path(node)
         if id(node) in self.helper_inner or (path and inductor_rules.allowed(path)):
             self.helper_paths.append(path)
             self.helper_inner.add(id(node.value))
@@ -271,42 +345,18 @@ class _Visitor(ast.NodeVisitor):
                 "their modules import (the compiler is not a custom kernel)",
             )
         if path:
-            for prefix in GENERATED:
-                if path[: len(prefix)] == prefix and len(path) == len(prefix):
-                    self.add(
-                        "generated_code",
-                        node,
-                        f"{'.'.join(path)}: generated code (torch.compile/jit/fx) is not a custom kernel",
-                    )
-            for prefix in ESCAPES:
-                if path[: len(prefix)] == prefix and len(path) == len(prefix):
-                    self.add(
-                        "dispatcher_escape",
-                        node,
-                        f"{'.'.join(path)}: private dispatcher APIs are not allowed",
-                    )
-            if (
-                path[-1] in SEED_PROBES
-                and path[0] in ("torch", "random", "numpy", "np")
-                and len(path) <= 4
-            ):
-                self.add("seed_probe", node, f"{'.'.join(path)}: {SEED_ADVICE}")
-            if path[:2] == ("sys", "modules"):
-                self.add(
-                    "introspection",
-                    node,
-                    "sys.modules: reaching other modules' state is not allowed",
-                )
-            if path[:2] in PROCESS_EXIT:
-                self.add(
-                    "process_control", node, f"{'.'.join(path[:2])}: process control is not allowed"
-                )
-            if id(node) not in self.inner:  # whole chains only: a.b.c, not its prefix a.b
-                self._profiler(node, path)
+            self._check_path(node, path, id(node) not in self.inner)
         self.inner.add(id(node.value))
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Name):
+            self.called.add(id(node.func))
+        path = self.resolver.call_path(node)
+        if path and not inductor_rules.allowed(path):  # getattr(X, "name"), pydoc.locate("a.b")
+            self._check_path(node, path, True)
+        if self.resolver.by_name_call(node):
+            self.add("dynamic_code", node, "a computed name looked up at runtime is not allowed")
         if isinstance(node.func, ast.Name):
             name = node.func.id
             if name in DYNAMIC_CALLS:
@@ -343,8 +393,8 @@ class _Visitor(ast.NodeVisitor):
                 self._check_target(t)
             return
         if isinstance(target, ast.Attribute):
-            path = self.resolved(target)
-            if path and (path[0] in PROTECTED_ROOTS or path[0] in self.aliases):
+            path = self.resolver.path(target) or _chain(target)
+            if path and (path[0] in PROTECTED_ROOTS or self.resolver.path(target.value)):
                 self.add(
                     "judge_tamper",
                     target,
@@ -366,20 +416,6 @@ class _Visitor(ast.NodeVisitor):
         for t in node.targets:
             self._check_target(t)
         self.generic_visit(node)
-
-
-def _aliases(tree: ast.Module) -> dict[str, tuple[str, ...]]:
-    out: dict[str, tuple[str, ...]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                out[a.asname or a.name.split(".")[0]] = (
-                    tuple(a.name.split(".")) if a.asname else (a.name.split(".")[0],)
-                )
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for a in node.names:
-                out[a.asname or a.name] = (*node.module.split("."), a.name)
-    return out
 
 
 def _has_kernel(tree: ast.Module, backend: str) -> bool:
@@ -463,7 +499,7 @@ def run_static(
             None,
             "the code defines no `ModelNew` (a class ModelNew(nn.Module) with the same interface as Model)",
         )
-    v = _Visitor(_aliases(tree))
+    v = _Visitor(Resolver(tree))
     v.visit(tree)
     findings = list(v.findings)
     if backend == "triton":

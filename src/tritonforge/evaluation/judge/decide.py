@@ -1,12 +1,16 @@
 """Trusted decisions on what the worker reported: which reward-hack rule fires, if any.
 
 Covers: `decide_audit` (after each correctness trial: blocked actions, PyTorch compute in strict
-mode (a PyTorch epilogue after the kernels, `epilogue`, gets its own rule), no launch, outputs not produced by a kernel, decoy launches, aliasing, broadcast outputs,
-results cached across calls (the last trial calls forward twice on the same tensors), minimum
-custom-kernel share in hybrid mode, unsolicited frames), `decide_timing` (timed calls that
-skipped their kernels, implausible speedups), `changed_after_timing` (wrong after the timing
-loop although every trial passed), `audit_record` (the Audit summary for the
-verdict) and `audit_switches` (the in-process audit on/off, for measuring its cost).
+mode (the worker's op names re-classified with the judge's own glue list; a PyTorch epilogue
+after the kernels, `epilogue`, gets its own rule), no launch, outputs not produced by a kernel,
+decoy launches, aliasing, broadcast outputs, results cached across calls (the last trial calls
+forward twice on the same tensors: poisoned outputs, and the two calls' launch signatures must
+match), minimum custom-kernel share in hybrid mode (judge/work.py), unsolicited frames),
+`check_integrity` (the audit's configuration as armed, unchanged since load), `decide_timing`
+(timed calls that skipped their kernels or launched differently from the profiled calls,
+implausible speedups), `changed_after_timing` (wrong after the timing loop although every trial
+passed), `audit_record` (the Audit summary for the verdict) and `audit_switches` (the in-process
+audit on/off, for measuring its cost).
 Each rule returns (name, reason); names are documented in docs/security.md.
 Does not cover: collecting the facts (sandbox/audit.py, sandbox/worker.py).
 """
@@ -17,7 +21,7 @@ from typing import Any
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.timing import roofline_ms
-from tritonforge.evaluation.sandbox.glue import EPILOGUE, base_name
+from tritonforge.evaluation.sandbox.glue import EPILOGUE, base_name, classify_op, glue_digest
 from tritonforge.hardware import DevicePeaks
 from tritonforge.types import Audit, Problem, Status, Verdict
 
@@ -45,13 +49,62 @@ def fmt_ops(ops: dict[str, int], n: int = 6) -> str:
     return ", ".join(f"{k} x{v}" for k, v in top)
 
 
+def reclassify(audit: dict[str, Any]) -> None:
+    """Move ops the worker called glue but the judge's own allowlist calls compute (the worker's
+    copy of the list lives in the candidate's process) into `ops`."""
+    glue = audit.get("glue") if isinstance(audit.get("glue"), dict) else {}
+    ops = audit.get("ops") if isinstance(audit.get("ops"), dict) else {}
+    for name in [n for n in glue if classify_op(str(n)) != "glue"]:
+        ops[name] = ops.get(name, 0) + glue.pop(name)
+    audit["ops"], audit["glue"] = ops, glue
+
+
+def check_integrity(armed: Any, reply_audit: dict[str, Any]) -> tuple[str, str] | None:
+    """The audit's configuration as the worker reports it now must be what it was armed with
+    at load, and its glue list the judge's own."""
+    got = reply_audit.get("integrity") if isinstance(reply_audit.get("integrity"), dict) else {}
+    if not armed or got.get("armed") != armed:
+        return "judge_tamper", "the in-process audit's configuration changed after it was armed"
+    if got.get("glue") != glue_digest():
+        return "judge_tamper", "the in-process audit's glue allowlist was changed"
+    return None
+
+
+def _signature_rule(facts: dict[str, Any], history: list[str]) -> tuple[str, str] | None:
+    """The caching check's two calls on the same tensors must launch the same kernels with the
+    same grids, scalar arguments and argument roles; naming the cause by the earlier trials."""
+    first, second = facts.get("first_signature"), facts.get("signature")
+    if not facts.get("repeat") or not first or first == second:
+        return None
+    lines = "; ".join(str(x) for x in (facts.get("signature_lines") or [])[:4])
+    if history and first in history:
+        return (
+            "cached_result",
+            "called a second time with the same input tensors, forward launched different "
+            f"kernels or arguments than for fresh inputs ({lines or 'no launch'}): results "
+            "must not be cached across calls",
+        )
+    return (
+        "launch_mismatch",
+        "an unprofiled call launched different kernels or arguments than the profiled calls: "
+        "forward must do the same work whether or not it is observed",
+    )
+
+
 def decide_audit(
-    audit: dict[str, Any], facts: dict[str, Any], s: EvalSettings, unsolicited: bool
+    audit: dict[str, Any],
+    facts: dict[str, Any],
+    s: EvalSettings,
+    unsolicited: bool,
+    history: list[str] | None = None,
 ) -> tuple[str, str] | None:
-    """The rule that fires for one correctness trial, as (name, reason), or None."""
+    """The rule that fires for one correctness trial, as (name, reason), or None. `history`:
+    the launch signatures of the earlier trials after the first (None in the first trial, whose
+    calls may do one-off work: the caching check's signatures are not compared there)."""
     strict = s.mode == "strict"
     if unsolicited:
         return "protocol_violation", "extra messages appeared on the evaluator's channel"
+    reclassify(audit)
     for v in audit.get("violations") or []:
         rule = v.split(":", 1)[0]
         # host compute is invisible to the share measurement: tolerated only without a minimum
@@ -67,6 +120,9 @@ def decide_audit(
             "cached_result",
             f"called twice on the same input tensors, forward returned output(s) {facts['stale']} of the first call unchanged: results must not be cached across calls",
         )
+    hit = _signature_rule(facts, history) if history is not None else None
+    if hit:
+        return hit
     if not strict:
         share = audit.get("custom_share")
         if s.min_custom_share > 0 and (share is None or share < s.min_custom_share):
@@ -164,6 +220,12 @@ def _triton_launch_rules(audit: dict[str, Any], facts: dict[str, Any]) -> tuple[
     return None
 
 
+def stable_signature(history: list[str]) -> str | None:
+    """The launch signature every profiled trial after the first had, or None when they differ
+    (launches that depend on the data: then timed calls are not compared)."""
+    return history[0] if history and all(h == history[0] for h in history) else None
+
+
 def decide_timing(
     v: Verdict,
     launches: list[int],
@@ -173,12 +235,23 @@ def decide_timing(
     nbytes: float,
     s: EvalSettings,
     peaks: DevicePeaks | None = None,
+    signatures: list[str] | None = None,
+    history: list[str] | None = None,
 ) -> tuple[str, str] | None:
+    signatures, history = signatures or [], history or []
     expected = min((r.get("launches", 0) for r in records), default=0)
     if expected > 0 and launches and min(launches) == 0:
         return (
             "cached_result",
             "some timed calls launched no kernel although correctness runs did: results must not be cached across calls",
+        )
+    stable = stable_signature(history)
+    odd = [i for i, sig in enumerate(signatures) if stable and sig != stable]
+    if odd:
+        return (
+            "launch_mismatch",
+            f"{len(odd)} of {len(signatures)} timed calls launched different kernels or arguments "
+            "than the profiled calls: forward must do the same work whether or not it is observed",
         )
     if v.speedup is None or v.runtime is None:
         return None
@@ -236,7 +309,7 @@ def audit_record(records: list[dict[str, Any]]) -> Audit:
         torch_ops=ops,
         glue_ops=glue,
         custom_share=sum(shares) / len(shares) if shares else None,
-        share_basis=last.get("share_basis"),
+        share_basis="work" if shares else None,
         epilogue_ops=tail,
         violations=list(last.get("violations") or []),
     )

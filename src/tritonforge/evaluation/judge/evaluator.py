@@ -42,7 +42,9 @@ from tritonforge.evaluation.judge.compare import compare_to_reference, tf32_hint
 from tritonforge.evaluation.judge.decide import (
     audit_record,
     audit_switches,
+    check_integrity,
     decide_audit,
+    reclassify,
 )
 from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.gpu_lock import judge_device
@@ -59,6 +61,7 @@ from tritonforge.evaluation.judge.resources import DeviceResources
 from tritonforge.evaluation.judge.rewards import compute_reward
 from tritonforge.evaluation.judge.session import Session
 from tritonforge.evaluation.judge.transport import Transport
+from tritonforge.evaluation.judge.work import custom_share, reference_work
 from tritonforge.evaluation.judge.workerenv import (
     device_label,
     private_scratch,
@@ -66,7 +69,7 @@ from tritonforge.evaluation.judge.workerenv import (
     worker_spec,
 )
 from tritonforge.evaluation.sandbox.classify import is_device_oom
-from tritonforge.evaluation.sandbox.protocol import pack
+from tritonforge.evaluation.sandbox.protocol import map_tensors, pack
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 
@@ -95,6 +98,7 @@ class Evaluator:
             else secrets.randbits(62)
         )
         self._devices: dict[str, DeviceResources] = {}
+        self._work: dict[tuple[str, str], float] = {}  # hybrid: reference work (judge/work.py)
         self._lock = threading.Lock()
         self.sandbox_warnings: list[str] = []
         self.transport_stats: Counter[str] = Counter()  # "shared" or "memfd: <why>" per worker
@@ -294,6 +298,7 @@ class Evaluator:
         if run.waited > 0.001:
             phases["gate_wait"] = run.waited
         v.device = device
+        v.notes = run.notes + [n for n in v.notes if n not in run.notes]  # sandbox warnings: always
         explain(v, run)
         v.stdout_tail = session.stdout.text()
         v.stderr_tail = session.stderr.text()
@@ -329,6 +334,7 @@ class Evaluator:
             run.phases["cuda_init"] = float(reply["cuda_init_s"])
         if not reply.get("ok"):
             return failure_verdict(reply, "import", False)
+        run.armed = str(((reply.get("audit") or {}).get("integrity") or {}).get("armed") or "")
         tr = session.transport
         tr.accept(reply)
         with self._lock:
@@ -369,7 +375,13 @@ class Evaluator:
             "trials_total": s.correctness_trials,
             "trials_passed": i,
         }
-        hack = decide_audit(reply["audit"], reply.get("facts") or {}, s, run.session.unsolicited)
+        audit, facts = reply["audit"], reply.get("facts") or {}
+        # the first trial's calls may do one-off work (autotuning, a weight layout): not compared
+        history = run.signatures[1:] if i > 0 else None
+        hack = check_integrity(run.armed, audit) or decide_audit(
+            audit, facts, s, run.session.unsolicited, history
+        )
+        run.signatures.append(str(facts.get("signature")))
         if hack:
             return Verdict(
                 status=Status.REWARD_HACK, rule=hack[0], message=hack[1], phase=phase, **common
@@ -392,6 +404,20 @@ class Evaluator:
             msg = f"forward modified its input(s) {mutated} in place; inputs must be left unchanged"
             return Verdict(status=Status.INPUT_MUTATED, message=msg, phase="correctness", **common)
         return None
+
+    def share(self, run: CandidateRun, case: Case, audit: dict[str, Any]) -> float | None:
+        """Hybrid: the custom-kernel share of this trial by work (judge/work.py); the reference's
+        own work is profiled once per problem and device, here in the judge."""
+        key = (run.problem.id, run.device)
+        if not audit.get("ops"):
+            return 1.0  # PyTorch computed nothing
+        if run.settings.mode != "hybrid":
+            return None  # strict rejects the compute anyway; no shapes were recorded
+        if key not in self._work and audit.get("op_shapes"):
+            with run.ref.lock, judge_device(run.device):
+                inputs = [map_tensors(v, lambda t: t.clone()) for v in case.inputs]
+                self._work[key] = reference_work(run.ref.model, inputs, run.device)
+        return custom_share(audit.get("op_shapes"), self._work.get(key))
 
     def _run(self, run: CandidateRun, plan: list[tuple[int, str]]) -> Verdict:
         s, session = run.settings, run.session
@@ -435,6 +461,8 @@ class Evaluator:
             seen = session.transport.mutated(case, bool(carry.get("shared")))
             if seen:
                 reply["facts"] = merge_mutated(reply.get("facts"), seen)
+            reclassify(reply["audit"])  # the judge's glue list, not the worker's
+            reply["audit"]["custom_share"] = self.share(run, case, reply["audit"])
             run.records.append(reply["audit"])
             stop = self._check_trial(run, i, dist, reply, outputs, case)
             run.phases["check"] = run.phases.get("check", 0.0) + time.monotonic() - t

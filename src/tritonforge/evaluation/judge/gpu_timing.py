@@ -8,8 +8,11 @@ alternating which goes first (ABBA), both running the same timing code in the sa
 process (sandbox/timing_loop.py: L2 flush, CUDA-event device time floored by host time). The
 first trial of each side is dropped; speedups are ratios of medians with a 95% bootstrap
 interval. If the timing process dies, it is restarted and the candidate timed again once; a
-second death is a `judge_fault`. Afterwards the candidate is checked once more on fresh inputs,
-and the timing rules of decide.py apply. Called by the Evaluator with itself as `ev`.
+second death is a `judge_fault`. Every timed call of the candidate reports its launch signature
+(timing_loop.py); afterwards the candidate is checked once more on fresh inputs, fully audited
+(a candidate that behaves only while profiled is profiled right after), and the audit rules and
+the timing rules of decide.py apply (`launch_mismatch`: timed calls that launched differently
+from the profiled ones). Called by the Evaluator with itself as `ev`.
 Does not cover: the timing loop (sandbox/timing_loop.py), statistics (timing.py).
 """
 
@@ -24,7 +27,14 @@ import torch
 
 from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
 from tritonforge.evaluation.judge.compare import compare_to_reference, output_bytes
-from tritonforge.evaluation.judge.decide import changed_after_timing, decide_timing
+from tritonforge.evaluation.judge.decide import (
+    audit_switches,
+    changed_after_timing,
+    check_integrity,
+    decide_audit,
+    decide_timing,
+    reclassify,
+)
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.ref_timer import ReferenceUnusable, RefTimer, TimerDied
 from tritonforge.evaluation.judge.reference import Case
@@ -46,6 +56,7 @@ class Rounds:
     base_host: list[float] = field(default_factory=list)
     comp_host: list[float] = field(default_factory=list)
     launches: list[int] = field(default_factory=list)
+    signatures: list[str] = field(default_factory=list)  # every timed call's, first ones too
     clocks: set[str] = field(default_factory=set)
 
 
@@ -73,7 +84,7 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
         raise Stop(_judge_fault("the reference timing process died twice; not timed"))
     run.phases["timing"] = time.monotonic() - t
     _fill(v, rounds, s.bootstrap_samples)
-    _recheck(ev, run, v, case, post, rounds.launches)
+    _recheck(ev, run, v, case, post, rounds)
 
 
 def _judge_fault(message: str) -> Verdict:
@@ -86,8 +97,17 @@ def _timed_rounds(res: Any, run: CandidateRun, case: Case, deadline: float) -> R
     left = max(0.1, deadline - time.monotonic())
     with res.gate.shared() as waited:  # loading and first calls are not timed work
         run.waited += waited
-        hybrid_gpu = s.mode == "hybrid" and run.device.startswith("cuda")  # Kineto + CUPTI
-        key = timer.prepare(run.ref, case, s.compile_baseline, left, hybrid_gpu)
+        key = timer.prepare(run.ref, case, s.compile_baseline, left)
+    try:  # pinned: no other evaluation's prepare evicts it before it is timed
+        return _rounds(res, run, case, deadline, key)
+    finally:
+        timer.release(key)
+
+
+def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) -> Rounds:
+    """The alternating timed rounds of the candidate and the loaded reference `key`."""
+    s = run.settings
+    timer: RefTimer = res.timer
     per_round = max(2, s.perf_trials // s.perf_rounds)
     out = Rounds()
     with res.gate.exclusive() as waited, _on(run.device):
@@ -101,6 +121,7 @@ def _timed_rounds(res: Any, run: CandidateRun, case: Case, deadline: float) -> R
                 if side == "cand":
                     reply = _candidate_round(run, case, warm, per_round, budget)
                     out.launches += [int(x) for x in _floats(reply.get("launches"))][skip:]
+                    out.signatures += [str(x) for x in reply.get("signatures") or []][:per_round]
                 else:
                     reply = timer.time(
                         key, side == "comp", case, warm, per_round, s.timing_clock, budget
@@ -169,14 +190,16 @@ def _fill(v: Verdict, r: Rounds, samples: int) -> None:
         v.speedup_vs_compile_ci = bootstrap_ratio_ci(comp, cand, samples)
 
 
-def _recheck(
-    ev: Any, run: CandidateRun, v: Verdict, case: Case, post: Case, launches: list[int]
-) -> None:
-    """The candidate may have changed state during timing: check it once more on fresh inputs."""
+def _recheck(ev: Any, run: CandidateRun, v: Verdict, case: Case, post: Case, r: Rounds) -> None:
+    """The candidate may have changed state during timing: check it once more on fresh inputs,
+    fully audited, with the same rules as a correctness trial, then the timing rules."""
     problem, s = run.problem, run.settings
     carry, carry_fds = run.session.transport.send(post)
     reply, fds = run.call(
-        {"op": "run", **carry, "profile": False}, carry_fds, s.budgets.correctness_s, "correctness"
+        {"op": "run", **carry, **audit_switches()},
+        carry_fds,
+        s.budgets.correctness_s,
+        "correctness",
     )
     if not reply.get("ok"):
         for fd in fds:
@@ -189,9 +212,16 @@ def _recheck(
         x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
     ) + output_bytes(case.expected)
     peaks = device_peaks(run.device) if run.device.startswith("cuda") else None
-    hack = decide_timing(
-        v, launches, run.records, status is Status.CORRECT, problem, nbytes, s, peaks
+    facts = reply.get("facts") or {}
+    reclassify(reply["audit"])
+    reply["audit"]["custom_share"] = ev.share(run, post, reply["audit"])
+    hack = check_integrity(run.armed, reply["audit"]) or decide_audit(
+        reply["audit"], facts, s, run.session.unsolicited, None
     )
+    hack = hack or decide_timing(
+        v, r.launches, run.records, status is Status.CORRECT, problem, nbytes, s, peaks,
+        signatures=[*r.signatures, str(facts.get("signature"))], history=run.signatures[1:],
+    )  # fmt: skip
     if hack:
         v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
         v.correct = False

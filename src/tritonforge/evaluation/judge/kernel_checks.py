@@ -3,12 +3,14 @@
 Covers: finding the @triton.jit functions of a candidate (also under autotune/heuristics) and
 reporting names in their bodies that refer to module-level Python objects a compiled Triton
 kernel cannot use: modules other than triton, math and Inductor's kernel-side `triton_helpers`
-(torch, numpy, os, ...), classes, and
-mutable or computed globals (dicts, lists, tensors). On a GPU such a kernel fails to compile; under
-the CPU interpreter the body is plain Python and could run PyTorch out of the audit's sight, so
-it is a reward hack there. Plain-number globals, `tl.constexpr(...)` globals, other jit functions
-and plain helper functions are allowed (the last is caught at runtime if it runs PyTorch).
-Does not cover: anything at runtime (audit.py flags PyTorch ops under a launch as well).
+(torch, numpy, os, ...), classes, plain Python functions (not @triton.jit), mutable or computed
+globals (dicts, lists, tensors) and globals rebound at runtime (`global NAME` in any function),
+plus the interpreter's internals (`.handle`, `.data`). On a GPU such a kernel fails to compile;
+under the CPU interpreter the body is plain Python and could compute with numpy or PyTorch out of
+the audit's sight, so it is a reward hack there. Plain-number globals, `tl.constexpr(...)`
+globals and other jit functions are allowed. Does not cover: anything at runtime (the launch
+recorder refuses Python functions and modules passed as kernel arguments, and audit.py flags
+PyTorch ops under a launch).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import ast
 from tritonforge.evaluation.judge.inductor_rules import KERNEL_HELPERS
 
 ALLOWED_MODULE_ROOTS = {"triton", "math"}
+INTERPRETER_INTERNALS = {"handle", "data"}  # a tl.tensor's interpreter storage (numpy arrays)
 
 
 def name_chain(node: ast.AST) -> tuple[str, ...]:
@@ -71,6 +74,7 @@ def _module_bindings(tree: ast.Module) -> tuple[dict[str, tuple[str, ...]], dict
         elif isinstance(node, ast.ImportFrom) and node.module:
             for a in node.names:
                 modules[a.asname or a.name] = (*node.module.split("."), a.name)
+    rebound = {n for f in ast.walk(tree) if isinstance(f, ast.Global) for n in f.names}
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
             names[node.name] = "jit" if is_jit(node) else "function"
@@ -83,6 +87,9 @@ def _module_bindings(tree: ast.Module) -> tuple[dict[str, tuple[str, ...]], dict
                 for n in ast.walk(t):
                     if isinstance(n, ast.Name):
                         names[n.id] = kind
+    for n in rebound:  # a global some function assigns: whatever it holds when the kernel runs
+        if names.get(n) != "jit":
+            names[n] = "state"
     return modules, names
 
 
@@ -108,6 +115,15 @@ def python_in_kernel(tree: ast.Module) -> list[tuple[int, str]]:
         local = _locals(fn)
         body = [n for stmt in fn.body for n in ast.walk(stmt)]  # not the decorators
         for node in body:
+            if isinstance(node, ast.Attribute) and node.attr in INTERPRETER_INTERNALS:
+                found.append(
+                    (
+                        node.lineno,
+                        f"kernel {fn.name} reads .{node.attr}: the interpreter's internals are "
+                        "not part of Triton",
+                    )
+                )
+                continue
             if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
                 continue
             if node.id in local:
@@ -121,6 +137,8 @@ def python_in_kernel(tree: ast.Module) -> list[tuple[int, str]]:
                 why = f"module {'.'.join(modules[node.id])}"
             elif names.get(node.id) in ("class", "state"):
                 why = f"Python object {node.id!r}"
+            elif names.get(node.id) == "function":
+                why = f"plain Python function {node.id!r} (not @triton.jit)"
             if why:
                 found.append(
                     (

@@ -6,6 +6,9 @@ same timing code: sandbox/timing_loop.py), which loads references (`prepare`: mo
 torch.compile, the timing case's inputs, first calls) and times them on request (`time`). Loaded
 references are kept least recently used first, bounded in count and bytes; their device bytes
 (`resident`, `base_bytes`) count against the device's memory budget and `trim` gives them back.
+A reference is pinned from `prepare` until `release`: evaluations prepare
+under the device's shared gate and time later under its exclusive one, so another evaluation's
+`prepare` or a `trim` in between must not evict it (pinned entries are never dropped).
 If the process dies or stops answering, `TimerDied` is raised, the process is forgotten and the
 next request starts a fresh one (the caller times the candidate again: nothing is lost).
 One request at a time (`lock`); callers hold the device's gate first (device_gate.py).
@@ -18,7 +21,7 @@ import hashlib
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -72,6 +75,7 @@ class RefTimer:
         self.session: Session | None = None
         self.entries: OrderedDict[str, int] = OrderedDict()  # key -> device bytes, LRU first
         self.compiled: set[str] = set()
+        self.pins: Counter[str] = Counter()  # key -> evaluations between prepare and release
         self.starts = 0
         self.deaths = 0
 
@@ -133,23 +137,22 @@ class RefTimer:
         case: Case,
         compile_baseline: bool,
         budget: float,
-        profile_like_candidates: bool = False,
     ) -> str:
         """Load `ref` (and its compiled version if asked) with `case` as its timing inputs,
-        unless already loaded; returns its key. `profile_like_candidates`: the candidates'
-        workers ran Kineto with CUDA activity (hybrid mode on a GPU); the process does so once
-        too. Raises TimerDied or ReferenceUnusable."""
+        unless already loaded; returns its key. Raises TimerDied or ReferenceUnusable."""
         key = timer_key(ref)
         with self.lock:
             if key in self.entries and (key in self.compiled or not compile_baseline):
                 self.entries.move_to_end(key)
+                self.pins[key] += 1
                 return key
             need = timer_entry_bytes(ref.footprint) if ref.footprint else 0
             self._drop(key)
-            while self.entries and (
+            while (
                 len(self.entries) >= self.max_entries or self.entry_bytes() + need > self.max_bytes
             ):
-                self._drop(next(iter(self.entries)))
+                if not self._drop_oldest():
+                    break  # every loaded reference is in use: admission has counted them
             init_desc, init_fd = pack(ref.init_inputs)
             msg = {
                 "op": "ref_load",
@@ -160,14 +163,21 @@ class RefTimer:
                 "device": "cpu" if self.device == "cpu" else "cuda:0",
                 "compile": compile_baseline,
                 "inputs": case.desc,
-                "profile_like_candidates": profile_like_candidates,
             }
             reply = self._request(msg, [init_fd, os.dup(case.fd)], budget)
             _check(reply, "loading the reference in the timing process")
             self.entries[key] = need
+            self.pins[key] += 1
             if compile_baseline:
                 self.compiled.add(key)
             return key
+
+    def release(self, key: str) -> None:
+        """The evaluation that prepared `key` is done timing it: it may be evicted again."""
+        with self.lock:
+            self.pins[key] -= 1
+            if self.pins[key] <= 0:
+                del self.pins[key]
 
     def time(
         self,
@@ -187,6 +197,14 @@ class RefTimer:
             _check(reply, "timing the reference")
             return reply
 
+    def _drop_oldest(self) -> bool:
+        """Drop the least recently used reference not in use; False when there is none."""
+        key = next((k for k in self.entries if not self.pins[k]), None)
+        if key is None:
+            return False
+        self._drop(key)
+        return True
+
     def _drop(self, key: str) -> None:
         """Forget a loaded reference (caller holds the lock)."""
         if key not in self.entries or self.session is None:
@@ -203,8 +221,8 @@ class RefTimer:
         if not self.lock.acquire(blocking=False):
             return
         try:
-            while self.entries and self.entry_bytes() > target:
-                self._drop(next(iter(self.entries)))
+            while self.entry_bytes() > target and self._drop_oldest():
+                pass
         finally:
             self.lock.release()
 

@@ -38,6 +38,7 @@ from tritonforge.evaluation.judge.compare import output_bytes
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.problem_check import cannot_run, missing_reason, randomness
 from tritonforge.evaluation.sandbox.classify import is_device_oom
+from tritonforge.evaluation.sandbox.numerics import exact_fp32
 from tritonforge.evaluation.sandbox.protocol import (
     flatten_tensors,
     map_tensors,
@@ -208,13 +209,6 @@ class Reference:
         return map_tensors(out, lambda t: t.detach())
 
 
-def exact_fp32() -> None:
-    """References compute fp32 in fp32: no TF32 in cuBLAS or cuDNN (cuDNN's default is TF32,
-    which is less exact than a correct fp32 Triton kernel and would fail it at 1e-4)."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
-
 class ReferenceStore:
     """Thread-safe cache of loaded references and their cases, bounded by bytes (LRU).
 
@@ -317,14 +311,18 @@ class ReferenceStore:
             torch.cuda.reset_peak_memory_stats(ref.device)
             base = torch.cuda.memory_allocated(ref.device)
         expected = ref.run(inputs)
+        # the reference's own peak, read before the determinism check runs it again and compares
+        peak = (
+            torch.cuda.max_memory_allocated(ref.device) - base
+            if cuda and ref.footprint is None
+            else 0
+        )
         stat_runs = randomness(ref, inputs, expected)  # checked on the first case
         in_bytes = sum(t.numel() * t.element_size() for t in flatten_tensors(inputs))
         out_bytes = output_bytes(expected)
         if ref.footprint is None:
-            work = 0
-            if cuda:  # beyond its own copy of the inputs and the outputs it returned
-                peak = torch.cuda.max_memory_allocated(ref.device) - base
-                work = max(0, peak - in_bytes - out_bytes)
+            # beyond its own copy of the inputs and the outputs it returned
+            work = max(0, peak - in_bytes - out_bytes) if cuda else 0
             ref.footprint = Footprint(in_bytes, out_bytes, work, ref.weights, measured=cuda)
             with self._lock:
                 self._footprints[(ref.problem.id, self._src_key(ref.problem), ref.device)] = (

@@ -69,8 +69,11 @@ def base_env(device: str) -> dict[str, str]:
             # workers are killed, never exit cleanly: unbuffered, so what the candidate printed
             # (e.g. just before a crash) reaches the judge instead of dying in a buffer
             "PYTHONUNBUFFERED": "1",
+            # single-threaded libraries: a worker makes no thread after start-up (seccomp.py)
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MLIR_DISABLE_MULTITHREADING": "1",  # Triton's compiler passes on the GPU
             "KINETO_LOG_LEVEL": "5",
         }
     )
@@ -114,6 +117,7 @@ def worker_spec(s: EvalSettings, device: str, scratch: str | None) -> dict[str, 
         max_file_mb=lim.max_file_mb,
         scratch=scratch or "",
         env=env,
+        allow_root=s.sandbox_allow_root,
         device_nodes=[] if device == "cpu" else gpu_device_nodes(),
     )
     return {"sandbox": sandbox.to_json(), "rss_limit_mb": lim.memory_mb}

@@ -1,15 +1,20 @@
-"""PEP 578 audit hook and import guard: what candidate code may not do inside the sandbox.
+"""The PEP 578 audit hook: what candidate code may not do, and the private side of every stub.
 
-Covers: attributing an interpreter event to its origin (the candidate's own code, a stdlib or
-library function it called, or library internals), the rule each event falls under, whether it
-is allowed for that origin, and the hook itself (blocks by raising PermissionError and records a
-violation, so catching the exception does not hide it); `guard_module`, which gives the
-candidate's module its own `__import__` that refuses the forbidden modules of checks.py even
-when the import statement is hidden from the static rules.
-Rules: network, process_spawn, signal_process, native_code, introspection, dynamic_code,
-filesystem, forbidden_import (docs/security.md explains each).
-Does not cover: tripwires and the launch recorder (audit.py), isolation (isolation.py).
-The hook lives in the candidate's process: it raises the cost of an attack, it is not a wall.
+Covers: `Hook`, added once in the fork server (it cannot be removed) and armed once in the worker
+with a frozen `Armed` it keeps to itself (no switch turns it off). It
+- attributes each interpreter event to its origin (the candidate's own code, a stdlib or library
+  function it called, or library internals) and blocks what that origin may not do (network,
+  process spawning, signals, ctypes, frames and heap introspection, dynamic code, files (see
+  audit_fs.py), threads, rewriting functions' `__code__`/`__defaults__`, forbidden imports) by
+  raising PermissionError after recording a violation, so catching the exception hides nothing;
+- serves the stubs (stubs.py): it accepts `tritonforge.*` events only from the stubs' own code
+  objects, decides tripwires (record, block) and hands back their originals, resolves `os.open`
+  names, guards the candidate's imports, and passes launch, autotune and dispatch events to the
+  handlers registered by the recorder (audit_launch.py, lineage.py).
+Nothing reachable refers to the hook: the interpreter keeps it, and the worker drops its own
+reference once armed. Rules: network, process_spawn, signal_process, native_code, introspection,
+dynamic_code, filesystem, forbidden_import, background_thread (docs/security.md).
+Does not cover: the forward scope and tamper checks (audit.py), isolation (isolation.py).
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ import builtins
 import os
 import sys
 import sysconfig
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tritonforge.evaluation.sandbox.audit_state import STATE, violation
-from tritonforge.evaluation.sandbox.forbidden import FORBIDDEN_MODULES
+from tritonforge.evaluation.sandbox import audit_fs
+from tritonforge.evaluation.sandbox.audit_state import STATE, Armed, violation
+from tritonforge.evaluation.sandbox.forbidden import FORBIDDEN_MODULES, FOREIGN_MEMORY
 
 _STDLIB = tuple(
     {
@@ -32,41 +40,35 @@ _STDLIB = tuple(
     }
 )
 # stdlib modules whose internal use of frames / exec only reads module names or builds classes
-# (namedtuple, dataclasses, enum, typing, warnings): allowed even when the candidate calls them
-_SAFE_STDLIB = {
-    "collections",
-    "dataclasses",
-    "enum",
-    "typing",
-    "abc",
-    "warnings",
-    "functools",
-    "contextlib",
-    "re",
-    "string",
-    "copyreg",
-    "_collections_abc",
-}
+# (namedtuple, dataclasses, enum, typing, warnings): allowed even when the candidate calls them.
+# Nothing else: a helper that reads attributes by name (string.Formatter.get_field) would read a
+# frame for the candidate.
+_SAFE_STDLIB = frozenset({"collections", "dataclasses", "enum", "typing", "warnings"})
 # The candidate's own `import` statements: the static list plus the evaluator and raw OS modules.
-RUNTIME_FORBIDDEN = set(FORBIDDEN_MODULES) | {"tritonforge", "posix", "nt", "_posixsubprocess"}
+RUNTIME_FORBIDDEN = frozenset(
+    FORBIDDEN_MODULES | {"tritonforge", "posix", "nt", "_posixsubprocess"}
+)
 # New imports (not yet in sys.modules) anywhere on the candidate's behalf.
-_FORBIDDEN_IMPORTS = {
-    "ctypes",
-    "cffi",
-    "subprocess",
-    "_posixsubprocess",
-    "socket",
-    "_socket",
-    "ssl",
-    "multiprocessing",
-    "pty",
-    "urllib",
-    "http",
-    "requests",
-    "httpx",
-    "asyncio",
-    "tritonforge",
-}
+_FORBIDDEN_IMPORTS = frozenset(
+    {
+        "ctypes",
+        "cffi",
+        "subprocess",
+        "_posixsubprocess",
+        "socket",
+        "_socket",
+        "ssl",
+        "multiprocessing",
+        "pty",
+        "urllib",
+        "http",
+        "requests",
+        "httpx",
+        "asyncio",
+        "tritonforge",
+        *FOREIGN_MEMORY,
+    }
+)
 
 
 @dataclass
@@ -93,156 +95,83 @@ def _stdlib_module(filename: str) -> str | None:
     return None
 
 
-_KINDS: dict[str, str] = {}  # filename -> kind (the candidate path is fixed once armed)
+_STUBS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stubs.py")
 
 
-def _kind(filename: str) -> str:
-    kind = _KINDS.get(filename)
-    if kind is None:
-        if filename == STATE.candidate_path:
-            kind = "candidate"
-        elif _stdlib_module(filename) is not None:
-            kind = "stdlib"
-        elif filename.startswith("<"):
-            kind = "candidate"  # code compiled from a string: generated on someone's behalf
-        else:
-            kind = "triton" if f"{os.sep}triton{os.sep}" in filename else "library"
-        if STATE.candidate_path:
-            _KINDS[filename] = kind
-    return kind
-
-
-def immediate_kind(frame) -> str:
-    """Kind of one frame only (cheap: no stack walk)."""
-    if frame is None:
-        return "none"
-    busy, STATE.hook_busy = STATE.hook_busy, True
-    try:
-        return _kind(frame.f_code.co_filename)
-    finally:
-        STATE.hook_busy = busy
-
-
-def caller_frame(depth: int):
-    """The Python frame `depth` levels above the caller (sys._getframe audits itself)."""
-    busy, STATE.hook_busy = STATE.hook_busy, True
-    try:
-        return sys._getframe(depth + 1)
-    except ValueError:
-        return None
-    finally:
-        STATE.hook_busy = busy
-
-
-def origin(frame) -> Origin:
-    """Where the event raised in `frame` comes from (see Origin)."""
-    if not STATE.candidate_path or frame is None:
-        return _NONE
-    busy, STATE.hook_busy = STATE.hook_busy, True  # f_code/f_back reads raise audit events too
-    try:
-        name = frame.f_code.co_filename
-        immediate = _kind(name)
-        module = (_stdlib_module(name) or "") if immediate == "stdlib" else ""
-        back = frame.f_back
-        caller = _kind(back.f_code.co_filename) if back is not None else "none"
-        nearest, f = "none", frame
-        while f is not None:
-            k = _kind(f.f_code.co_filename)
-            if nearest == "none" and k != "stdlib":
-                nearest = k
-            if k == "candidate":
-                return Origin(True, immediate, caller, nearest, module)
-            f = f.f_back
-        return Origin(False, immediate, caller, nearest, module)
-    finally:
-        STATE.hook_busy = busy
+def _kind_of(filename: str, candidate_path: str) -> str:
+    if filename == candidate_path:
+        return "candidate"
+    if filename == _STUBS_FILE or _stdlib_module(filename) is not None:
+        return "stdlib"  # a stub stands in for a library function: see through it
+    if filename.startswith("<"):
+        return "candidate"  # code compiled from a string: generated on someone's behalf
+    return "triton" if f"{os.sep}triton{os.sep}" in filename else "library"
 
 
 # ---------------------------------------------------------------------------------------------
 # Events -> rules
 # ---------------------------------------------------------------------------------------------
 
-_NETWORK = {
-    "socket.__new__",
-    "socket.connect",
-    "socket.bind",
-    "socket.sendto",
-    "socket.getaddrinfo",
-    "socket.gethostbyname",
-    "socket.sendmsg",
-}
-_SPAWN = {
-    "subprocess.Popen",
-    "os.system",
-    "os.exec",
-    "os.posix_spawn",
-    "os.spawn",
-    "os.fork",
-    "os.forkpty",
-    "pty.spawn",
-    "os.startfile",
-}
-_SIGNAL = {"os.kill", "os.killpg", "signal.pthread_kill"}
-_FRAMES = {"sys._getframe", "sys._getframemodulename", "sys._current_frames"}
+_NETWORK = frozenset(
+    {
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.sendmsg",
+    }
+)
+_SPAWN = frozenset(
+    {
+        "subprocess.Popen",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.forkpty",
+        "pty.spawn",
+        "os.startfile",
+    }
+)
+_SIGNAL = frozenset({"os.kill", "os.killpg", "signal.pthread_kill"})
+_THREADS = frozenset({"_thread.start_new_thread", "_thread.start_joinable_thread"})
+_FRAMES = frozenset({"sys._getframe", "sys._getframemodulename", "sys._current_frames"})
 # making code and functions from bytes: the import system does it, the candidate may not
-_MAKE_CODE = {"code.__new__", "function.__new__", "marshal.loads"}
-_INTROSPECT = {
-    "gc.get_objects",
-    "gc.get_referrers",
-    "gc.get_referents",
-    "sys.settrace",
-    "sys.setprofile",
-    "sys.addaudithook",
-    "cpython._PySys_ClearAuditHooks",
-}
-_RESTRICTED_ATTRS = {
-    "f_back",
-    "f_globals",
-    "f_locals",
-    "f_code",
-    "f_builtins",
-    "tb_frame",
-    "gi_frame",
-    "cr_frame",
-    "ag_frame",
-    "gi_code",
-    "cr_code",
-    "ag_code",
-    "__code__",
-    "__globals__",
-}
-# filesystem events and which of their arguments are paths
-_FS_PATHS = {
-    "open": (0,),
-    "os.remove": (0,),
-    "os.rmdir": (0,),
-    "os.mkdir": (0,),
-    "os.rename": (0, 1),
-    "os.link": (0, 1),
-    "os.symlink": (1,),
-    "os.chmod": (0,),
-    "os.chown": (0,),
-    "os.truncate": (0,),
-    "os.utime": (0,),
-    "os.chflags": (0,),
-    "os.setxattr": (0,),
-    "os.removexattr": (0,),
-    "shutil.copyfile": (1,),
-    "shutil.copymode": (1,),
-    "shutil.copystat": (1,),
-    "shutil.copytree": (1,),
-    "shutil.move": (0, 1),
-    "shutil.rmtree": (0,),
-    "shutil.make_archive": (0,),
-    "shutil.unpack_archive": (1,),
-}
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-
-
-def _writes(mode: Any, flags: Any) -> bool:
-    if isinstance(mode, str) and any(c in mode for c in "wax+"):
-        return True
-    return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+_MAKE_CODE = frozenset({"code.__new__", "function.__new__", "marshal.loads"})
+_INTROSPECT = frozenset(
+    {
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys.settrace",
+        "sys.setprofile",
+        "sys.addaudithook",
+        "cpython._PySys_ClearAuditHooks",
+    }
+)
+_RESTRICTED_ATTRS = frozenset(
+    {
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_code",
+        "f_builtins",
+        "tb_frame",
+        "gi_frame",
+        "cr_frame",
+        "ag_frame",
+        "gi_code",
+        "cr_code",
+        "ag_code",
+        "__code__",
+        "__globals__",
+    }
+)
+# writing these rewrites what an existing function runs (e.g. one of the stubs)
+_FUNCTION_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 
 
 def rule_for(event: str, args: tuple) -> str | None:
@@ -252,42 +181,23 @@ def rule_for(event: str, args: tuple) -> str | None:
         return "process_spawn"
     if event in _SIGNAL:
         return "signal_process"
+    if event in _THREADS:
+        return "background_thread"
     if event.startswith("ctypes."):
         return "native_code"
     if event in _FRAMES or event in _INTROSPECT or event in _MAKE_CODE:
         return "introspection"
     if event == "object.__getattr__" and len(args) > 1 and args[1] in _RESTRICTED_ATTRS:
         return "introspection"
+    if event == "object.__setattr__" and len(args) > 1 and args[1] in _FUNCTION_ATTRS:
+        return "introspection"
     if event in ("exec", "compile"):
         return "dynamic_code"
-    if event in _FS_PATHS:
+    if event in audit_fs.FS_ARGS:
         return "filesystem"
     if event == "import" and args and str(args[0]).split(".")[0] in _FORBIDDEN_IMPORTS:
         return "forbidden_import"
     return None
-
-
-def _inside_scratch(path: Any) -> bool:
-    if isinstance(path, int):
-        return True  # an fd the process already holds
-    if not STATE.scratch:
-        return False
-    try:
-        path = os.fsdecode(path)
-        real = os.path.realpath(path if os.path.isabs(path) else os.path.join(os.getcwd(), path))
-    except (OSError, ValueError, TypeError):
-        return False
-    return real == STATE.scratch or real.startswith(STATE.scratch.rstrip(os.sep) + os.sep)
-
-
-def _bad_path(event: str, args: tuple) -> bool:
-    if event == "open":
-        path = args[0] if args else ""
-        if isinstance(path, (str, bytes)) and os.fsdecode(path).startswith("/proc"):
-            return True  # /proc/self/mem, /proc/<pid>/...: reading or patching memory
-        writes = _writes(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None)
-        return writes and not _inside_scratch(path)
-    return any(i < len(args) and not _inside_scratch(args[i]) for i in _FS_PATHS[event])
 
 
 def _direct(o: Origin) -> bool:
@@ -298,25 +208,6 @@ def _direct(o: Origin) -> bool:
     return o.caller == "candidate" and not (o.immediate == "stdlib" and o.module in _SAFE_STDLIB)
 
 
-def allowed(rule: str, event: str, args: tuple, o: Origin) -> bool:
-    """Whether an event raised while candidate code is on the stack is still fine."""
-    if rule == "introspection":
-        if event in _FRAMES or event in _MAKE_CODE or event == "object.__getattr__":
-            return not _direct(o)  # library internals use frames; handing them out is the risk
-        return o.nearest != "candidate"
-    if rule == "dynamic_code":
-        return not _direct(o)  # namedtuple/dataclasses exec internally; timeit/runpy do not count
-    if rule == "filesystem":
-        return o.nearest != "candidate" or not _bad_path(event, args)
-    if rule == "forbidden_import":
-        return o.nearest != "candidate"
-    if rule == "process_spawn":
-        return o.nearest in STATE.allow_spawn_from  # Triton running ptxas / a C compiler
-    if rule == "native_code":
-        return o.nearest in ("triton", "library")  # torch/triton loading their own libraries
-    return False  # network, signals: never on behalf of the candidate
-
-
 def _short_args(args: tuple) -> str:
     try:
         return repr(args)[:120]
@@ -324,37 +215,185 @@ def _short_args(args: tuple) -> str:
         return "<args>"
 
 
-def hook(event: str, args: tuple) -> None:
-    if STATE.hook_busy or not STATE.candidate_path:
-        return
-    rule = rule_for(event, args)
-    if rule is None:
-        return
-    o = origin(caller_frame(1))
-    if not o.on_stack or allowed(rule, event, args, o):
-        return
-    violation(rule, f"{event} {_short_args(args)}")
-    raise PermissionError(f"blocked by the evaluation sandbox: {event} ({rule})")
+@dataclass(frozen=True)
+class Trip:
+    """One tripwire: the function it stands in for and what calling it means."""
+
+    original: Any
+    rule: str
+    what: str
+    always: bool  # blocked at any time with the candidate on the stack (else: during forward)
+
+
+Handler = Callable[["Hook", tuple, Any], None]
+
+
+class Hook:
+    """The audit hook (see the module docstring). One per process."""
+
+    def __init__(self, stub_codes: tuple[Any, ...]):
+        self.armed: Armed | None = None
+        self.busy = False
+        self.stub_codes = frozenset(stub_codes)
+        self.trips: list[Trip] = []
+        self.handlers: dict[str, Handler] = {}
+        self.kinds: dict[str, str] = {}
+        self.proc_devs: frozenset[int] = frozenset()
+        self.real_import = builtins.__import__
+        self.real_open = os.open
+
+    def arm(self, armed: Armed) -> None:
+        if self.armed is not None:
+            raise RuntimeError("the audit hook is armed once per process")
+        self.proc_devs = audit_fs.proc_devices()
+        self.armed = armed
+
+    def add_trip(self, trip: Trip) -> int:
+        self.trips.append(trip)
+        return len(self.trips) - 1
+
+    # -- origins ---------------------------------------------------------------------------
+    def kind(self, frame: Any) -> str:
+        if frame is None:
+            return "none"
+        name = frame.f_code.co_filename
+        kind = self.kinds.get(name)
+        if kind is None:
+            kind = _kind_of(name, self.armed.candidate_path if self.armed else "\0")
+            if self.armed is not None:
+                self.kinds[name] = kind
+        return kind
+
+    def origin(self, frame: Any) -> Origin:
+        """Where the event raised in `frame` comes from (see Origin)."""
+        if self.armed is None or frame is None:
+            return _NONE
+        name = frame.f_code.co_filename
+        immediate = self.kind(frame)
+        module = (_stdlib_module(name) or "") if immediate == "stdlib" else ""
+        caller = self.kind(frame.f_back)
+        nearest, f = "none", frame
+        while f is not None:
+            k = self.kind(f)
+            if nearest == "none" and k != "stdlib":
+                nearest = k
+            if k == "candidate":
+                return Origin(True, immediate, caller, nearest, module)
+            f = f.f_back
+        return Origin(False, immediate, caller, nearest, module)
+
+    def allowed(self, rule: str, event: str, args: tuple, o: Origin) -> bool:
+        """Whether an event raised while candidate code is on the stack is still fine."""
+        if rule == "introspection":
+            if event in _FRAMES or event in _MAKE_CODE or event.startswith("object."):
+                return not _direct(o)  # library internals use frames; handing them out is the risk
+            return o.nearest != "candidate"
+        if rule == "dynamic_code":
+            return not _direct(o)  # namedtuple/dataclasses exec internally; timeit/runpy do not
+        if rule == "filesystem":
+            if o.nearest != "candidate":
+                return True
+            return audit_fs.bad_path(event, args, self.armed.scratch, self.proc_devs) is None
+        if rule == "forbidden_import":
+            return o.nearest != "candidate"
+        if rule == "process_spawn":
+            return o.nearest in self.armed.allow_spawn_from  # Triton running ptxas / a compiler
+        if rule == "native_code":
+            return o.nearest in ("triton", "library")  # torch/triton loading their own libraries
+        return False  # network, signals, threads: never on behalf of the candidate
+
+    # -- the hook ----------------------------------------------------------------------------
+    def __call__(self, event: str, args: tuple) -> None:
+        if self.busy:
+            return
+        if event.startswith("tritonforge."):
+            self._stub_event(event, args)
+            return
+        if self.armed is None:
+            return
+        rule = rule_for(event, args)
+        if rule is None:
+            return
+        self.busy = True
+        try:
+            o = self.origin(sys._getframe(1))
+            if not o.on_stack or self.allowed(rule, event, args, o):
+                return
+            violation(rule, f"{event} {_short_args(args)}")
+        finally:
+            self.busy = False
+        raise PermissionError(f"blocked by the evaluation sandbox: {event} ({rule})")
+
+    def _stub_event(self, event: str, args: tuple) -> None:
+        self.busy = True
+        try:
+            frame = sys._getframe(2)  # the stub (1 is this method's caller, __call__)
+            forged = frame.f_code not in self.stub_codes
+        finally:
+            self.busy = False
+        if forged:
+            violation("judge_tamper", f"forged audit event {event}")
+            raise PermissionError(f"blocked by the evaluation sandbox: forged {event}")
+        handler = self.handlers.get(event) or _BUILTIN.get(event)
+        if handler is not None:  # not busy: any code a handler runs is audited as usual
+            handler(self, args, frame)
+
+    @contextmanager
+    def quiet(self):
+        """Our own frame reads (their audit events are ours, not the candidate's)."""
+        busy, self.busy = self.busy, True
+        try:
+            yield
+        finally:
+            self.busy = busy
 
 
 # ---------------------------------------------------------------------------------------------
-# The candidate's own import statements
+# Stub events handled here: tripwires, os.open, the candidate's imports
 # ---------------------------------------------------------------------------------------------
 
 
-def _guarded_import(real_import):
-    def __import__(name, globals=None, locals=None, fromlist=(), level=0):
-        if level or str(name).split(".")[0] in RUNTIME_FORBIDDEN:
-            what = "relative import" if level else f"import of {name}"
-            violation("forbidden_import", f"{what} by the candidate")
-            raise ImportError(f"blocked by the evaluation sandbox: {what} is not allowed")
-        return real_import(name, globals, locals, fromlist, level)
+def _trip(hook: Hook, args: tuple, frame: Any) -> None:
+    key, box = args
+    trip = hook.trips[key]
+    if hook.armed is not None and not STATE.in_launch:
+        with hook.quiet():
+            caller = frame.f_back
+            on_stack = trip.always and hook.origin(caller).on_stack
+            direct = not trip.always and hook.kind(caller) == "candidate"
+        if trip.always:
+            if on_stack:
+                violation(trip.rule, trip.what)
+                raise PermissionError(
+                    f"blocked by the evaluation sandbox: {trip.what} ({trip.rule})"
+                )
+        elif STATE.active and key not in STATE.tripped and direct:
+            violation(trip.rule, trip.what)
+            if hook.armed.strict:  # hybrid tolerates host reads; strict stops them here
+                raise PermissionError(f"blocked in strict mode: {trip.what} ({trip.rule})")
+            STATE.tripped.add(key)  # recording-only wires stop checking after their first hit
+    box.append(trip.original)
 
-    return __import__
+
+def _open(hook: Hook, args: tuple, frame: Any) -> None:
+    _key, path, dir_fd, box = args
+    resolved = audit_fs.resolve(path, dir_fd)
+    if resolved is None:  # e.g. a dir_fd that is not a directory: let the real call fail
+        resolved = path
+    box.extend((hook.real_open, resolved))
 
 
-def guard_module(module_dict: dict[str, Any]) -> None:
-    """Give the candidate's module (before it executes) builtins whose __import__ is guarded."""
-    own = dict(builtins.__dict__)
-    own["__import__"] = _guarded_import(builtins.__import__)
-    module_dict["__builtins__"] = own
+def _import(hook: Hook, args: tuple, frame: Any) -> None:
+    _key, name, level, box = args
+    if level or str(name).split(".")[0] in RUNTIME_FORBIDDEN:
+        what = "relative import" if level else f"import of {name}"
+        violation("forbidden_import", f"{what} by the candidate")
+        raise ImportError(f"blocked by the evaluation sandbox: {what} is not allowed")
+    box.append(hook.real_import)
+
+
+_BUILTIN: dict[str, Handler] = {
+    "tritonforge.trip": _trip,
+    "tritonforge.open": _open,
+    "tritonforge.import": _import,
+}

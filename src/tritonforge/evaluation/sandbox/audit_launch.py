@@ -1,137 +1,242 @@
-"""Launch recorder and autotune handling of the in-sandbox audit, plus the caching check's
-poisoning of a first call's outputs.
+"""Launch recorder of the in-sandbox audit (the hook's side of the launch stubs), launch
+signatures, autotune handling, and the caching check's poisoning of a first call's outputs.
 
-Covers: wrapping Triton's launch entry points (compiled `JITFunction.run` and the interpreter's)
-to log every kernel launch (name, tensor arguments), snapshot the argument buffers of the first
-SNAPSHOT_LAUNCHES launches of a trial before/after to see which ones a launch changed, credit
-those to output lineage (lineage.py), and mark the launch in the profile with a secret marker;
-@triton.autotune benchmarking in light mode with our own benchmark (no aten compute, works under
-the CPU interpreter); `poison`/`stale` for the repeated call of the caching check.
-Does not cover: tripwires, the audit hook, the forward scope (audit.py, audit_hook.py).
+Covers: the handlers of the `tritonforge.launch/launched` events raised by the stubs that stand in
+for Triton's launch entry points (compiled `JITFunction.run` and the interpreter's): every launch
+is logged (name, tensor arguments), the argument buffers of the first SNAPSHOT_LAUNCHES launches
+of a trial are snapshotted before/after to see which ones it changed, those are credited to
+output lineage (lineage.py), and the launch runs inside a secret profiler marker; arguments a
+Triton kernel cannot take (Python functions, modules) are `python_in_kernel`; each launch adds
+an entry to the call's signature (kernel, grid, scalar arguments, which arguments are the call's
+inputs or outputs), which the judge compares across calls; @triton.autotune benchmarking in light
+mode with our own benchmark; `poison`/`stale` for the repeated call of the caching check.
+Snapshots run with torch functions disabled and the Python dispatch keys excluded (sealed.py),
+so no tensor subclass or mode of the candidate runs inside our own marker.
+Does not cover: tripwires, the audit hook, the forward scope (audit_hook.py, audit.py).
 """
 
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
+import types
 from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox import lineage
-from tritonforge.evaluation.sandbox.audit_state import STATE, Launch
+from tritonforge.evaluation.sandbox import audit_memory, lineage, sealed, stubs
+from tritonforge.evaluation.sandbox.audit_hook import Hook, Trip
+from tritonforge.evaluation.sandbox.audit_state import STATE, Launch, violation
 
 SNAPSHOT_LAUNCHES = 64  # per trial: launches whose argument buffers are diffed before/after
 POISON = 0xFF  # byte written over a first call's outputs before a repeated call
+_RUNS: list[Any] = []  # originals of the launch entry points, by stub key
+_BENCHES: list[Any] = []  # originals of Autotuner._bench
+_TB = torch._C.TensorBase
+_INTERPRETER = [False]  # set at install: launches run as Python under the CPU interpreter
+_KERNEL_TYPES = ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")
+_LAUNCH_KWARGS = {"grid", "warmup", "num_warps", "num_stages", "num_ctas", "maxnreg"}
 
 # ---------------------------------------------------------------------------------------------
-# Launch recorder
+# Arguments
 # ---------------------------------------------------------------------------------------------
 
 
 def _tensor_args(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     out = []
     for a in list(args) + list(kwargs.values()):
-        base = getattr(a, "base", a)  # triton TensorWrapper
-        if isinstance(base, torch.Tensor):
-            out.append(base)
-        elif isinstance(a, (tuple, list)):
+        t = type(a)
+        if t.__name__ in ("TensorWrapper", "TensorDescriptor") and t.__module__.startswith(
+            "triton"
+        ):
+            a = a.base
+            t = type(a)
+        if issubclass(t, torch.Tensor):
+            out.append(a)
+        elif t is tuple or t is list:
             out.extend(_tensor_args(tuple(a), {}))
     return out
 
 
-def _storage_key(t: torch.Tensor) -> tuple[int, int]:
-    s = t.untyped_storage()
-    return (s.data_ptr(), s.nbytes())
+def storage_key(t: torch.Tensor) -> tuple[int, int]:
+    s = sealed.CAP.storage(t)
+    return (sealed.CAP.storage_ptr(s), sealed.CAP.storage_nbytes(s))
 
 
-def _bytes_of(t: torch.Tensor) -> torch.Tensor:
-    """A uint8 view of the tensor's whole storage."""
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+def _python_args(args: tuple, kwargs: dict) -> list[str]:
+    """Arguments a compiled kernel could not take: plain Python functions, classes, modules
+    (under the interpreter they would run as Python inside the kernel body)."""
+    found = []
+    values = list(args) + [v for k, v in kwargs.items() if k not in _LAUNCH_KWARGS]
+    for a in values:
+        if type(a).__name__ == "constexpr" and type(a).__module__.startswith("triton"):
+            a = a.value
+        t = type(a)
+        if t.__name__ in _KERNEL_TYPES and t.__module__.startswith("triton"):
+            continue
+        if isinstance(a, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+            found.append(f"function {getattr(a, '__name__', '?')}")
+        elif isinstance(a, (types.ModuleType, type)):
+            found.append(f"{t.__name__} {getattr(a, '__name__', '?')}")
+    return found
+
+
+def _scalar(a: Any) -> str:
+    t = type(a)
+    if t is bool or t is int or t is str or a is None:
+        return repr(a)[:40]
+    if t.__name__ == "constexpr":
+        return _scalar(a.value)
+    if t is float:
+        return "f"
+    if t.__name__ == "dtype":
+        return str(a)
+    return ""
+
+
+def raw_entry(fn: Any, args: tuple, kwargs: dict) -> tuple[str, str, str, tuple[int, ...]]:
+    """(kernel, grid, scalar arguments, data ptrs of tensor arguments) of one launch."""
+    name = getattr(getattr(fn, "fn", None), "__name__", None) or type(fn).__name__
+    grid = kwargs.get("grid")
+    if type(grid) is tuple and all(type(g) is int for g in grid):
+        grid_s = repr(grid)
+    else:
+        grid_s = "callable" if callable(grid) else type(grid).__name__
+    scalars = (
+        ",".join(_scalar(a) for a in args)
+        + ";"
+        + ",".join(
+            f"{k}={_scalar(v)}" for k, v in sorted(kwargs.items()) if k not in ("grid", "warmup")
+        )
+    )
+    with sealed.guard():
+        ptrs = tuple(_TB.data_ptr(t) for t in _tensor_args(args, kwargs))
+    return str(name), grid_s, scalars, ptrs
+
+
+def signature(raws: list[tuple], input_ptrs: dict[int, int], output_ptrs: list[int]) -> list[str]:
+    """One string per launch: kernel|grid|scalars|roles, a role per tensor argument: in<i> (the
+    call's input i), out<k> (its output k), or - (anything else: workspace, weights, a cache),
+    matched by data pointer (inputs can be views of one shared buffer)."""
+    outs = {p: k for k, p in enumerate(output_ptrs)}
+    entries = []
+    for raw in raws:
+        name, grid, scalars, ptrs = raw if len(raw) == 4 else raw_entry(*raw)
+        roles = []
+        for p in ptrs:
+            if p in input_ptrs:
+                roles.append(f"in{input_ptrs[p]}")
+            elif p in outs:
+                roles.append(f"out{outs[p]}")
+            else:
+                roles.append("-")
+        entries.append(f"{name}|{grid}|{scalars}|{','.join(roles)}")
+    return entries
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch recorder (hook handlers)
+# ---------------------------------------------------------------------------------------------
 
 
 def _snapshot(tensors: list[torch.Tensor]) -> dict[int, torch.Tensor]:
     snaps = {}
     for t in tensors:
-        ptr, nbytes = _storage_key(t)
+        ptr, nbytes = storage_key(t)
         if ptr not in snaps and nbytes:
-            snaps[ptr] = _bytes_of(t).clone()
+            snaps[ptr] = sealed.CAP.clone(sealed.bytes_of(t))
     return snaps
 
 
 def _changed(tensors: list[torch.Tensor], snaps: dict[int, torch.Tensor]) -> list[int]:
     out = []
     for t in tensors:
-        ptr, _ = _storage_key(t)
+        ptr, _ = storage_key(t)
         before = snaps.pop(ptr, None)
-        if before is not None:
-            now = _bytes_of(t)
-            if not STATE.originals["torch.equal"](before, now):
-                out.append(ptr)
+        if before is not None and not sealed.CAP.equal(before, sealed.bytes_of(t)):
+            out.append(ptr)
     return out
 
 
-def _own_work():
-    """Profiler marker around the audit's own ops (snapshots), which the analysis skips."""
-    if not STATE.profiling:
-        return nullcontext()
-    return STATE.originals["record_function"](f"tf::audit::{STATE.token}")
-
-
-def _marked(original: Any, fn: Any, args: tuple, kwargs: dict) -> Any:
-    """Run the launch inside the secret profiler marker (our snapshots stay outside it)."""
-    if not STATE.profiling:
-        return original(fn, *args, **kwargs)
-    with STATE.originals["record_function"](f"tf::launch::{STATE.token}"):
-        return original(fn, *args, **kwargs)
-
-
-def _wrap_run(cls: type, label: str) -> None:
-    original = cls.run
-
-    def run(self, *args, **kwargs):
-        if kwargs.get("warmup"):
-            return original(self, *args, **kwargs)
-        STATE.launch_count += 1
-        if STATE.light:
-            if STATE.tuning and STATE.active:  # autotune runs write the real output buffers
-                ptrs = [_storage_key(t)[0] for t in _tensor_args(args, kwargs)]
-                lineage.kernel_wrote(ptrs, False)
+def _launch(hook: Hook, args: tuple, frame: Any) -> None:
+    key, fn, a, kw, box = args
+    box.append(_RUNS[key])
+    if kw.get("warmup"):
+        return
+    STATE.launch_count += 1
+    if _INTERPRETER[0]:  # the interpreter's raw memory access is bounded to these buffers
+        with sealed.guard():
+            audit_memory.set_ranges([storage_key(t) for t in _tensor_args(a, kw)])
+    if STATE.light:
+        if STATE.tuning and STATE.active:  # autotune runs write the real output buffers
+            with sealed.guard():
+                lineage.kernel_wrote([storage_key(t)[0] for t in _tensor_args(a, kw)], False)
+        elif STATE.active:  # summarised once the call is over (timed calls: outside the timer)
+            STATE.raw.append((fn, a, kw))
+        if STATE.snapshot or _INTERPRETER[0]:  # the interpreter's own copies: not the candidate's
             STATE.in_launch += 1
-            try:
-                return original(self, *args, **kwargs)
-            finally:
-                STATE.in_launch -= 1
-        name = getattr(getattr(self, "fn", None), "__name__", None) or getattr(
-            self, "__name__", label
-        )
-        tensors = _tensor_args(args, kwargs)
-        rec = Launch(name=str(name), args=[_storage_key(t) for t in tensors])
-        if len(STATE.launches) < 100_000:
-            STATE.launches.append(rec)
-        snap = STATE.snapshot and STATE.snapshots < SNAPSHOT_LAUNCHES
-        STATE.snapshots += 1 if snap else 0
-        STATE.in_launch += 1
-        try:
-            with _own_work():
-                snaps = _snapshot(tensors) if snap else None
-            result = _marked(original, self, args, kwargs)
-            if snaps is not None:
-                with _own_work():
-                    if tensors and tensors[0].device.type == "cuda":
-                        STATE.originals["cuda_sync"]()
-                    rec.changed = _changed(tensors, snaps)
-            if STATE.active:
-                written = rec.changed if rec.changed is not None else [p for p, _ in rec.args]
-                lineage.kernel_wrote(written, rec.changed is not None)
-            rec.ok = True
-            return result
-        finally:
-            STATE.in_launch -= 1
+            box.append(None)
+        return
+    found = _python_args(a, kw) if hook.armed is not None else []
+    if found:
+        violation("python_in_kernel", f"a kernel was launched with Python objects: {found[:3]}")
+        raise PermissionError("blocked by the evaluation sandbox: Python objects as kernel args")
+    entry = raw_entry(fn, a, kw)
+    tensors = _tensor_args(a, kw)
+    with sealed.guard():
+        rec = Launch(name=entry[0], args=[storage_key(t) for t in tensors])
+    if STATE.active:
+        STATE.raw.append(entry)
+    if len(STATE.launches) < 100_000:
+        STATE.launches.append(rec)
+    snap = STATE.snapshot and STATE.snapshots < SNAPSHOT_LAUNCHES
+    STATE.snapshots += 1 if snap else 0
+    snaps = None
+    if snap:
+        with sealed.own_work(), sealed.guard():
+            snaps = _snapshot(tensors)
+    marker = sealed.marker("launch") if STATE.profiling else None
+    STATE.in_launch += 1
+    box.append((rec, tensors, snaps, marker))
 
-    cls.run = run
-    STATE.watched.append((cls, "run", run))
 
+def _launched(hook: Hook, args: tuple, frame: Any) -> None:
+    _key, box, ok = args
+    STATE.in_launch -= 1
+    if not STATE.in_launch:
+        audit_memory.set_ranges([])
+    if box[1] is None:  # a light launch
+        return
+    rec, tensors, snaps, marker = box[1]
+    if marker is not None:
+        sealed.marker_exit(marker)
+    if not ok:
+        return
+    if snaps is not None:
+        with sealed.own_work(), sealed.guard():
+            if tensors and _TB.device.__get__(tensors[0]).type == "cuda":
+                STATE.originals["cuda_sync"]()
+            rec.changed = _changed(tensors, snaps)
+    if STATE.active:
+        written = rec.changed if rec.changed is not None else [p for p, _ in rec.args]
+        lineage.kernel_wrote(written, rec.changed is not None)
+    rec.ok = True
+
+
+def _tune(hook: Hook, args: tuple, frame: Any) -> None:
+    key, box = args
+    box.extend((_BENCHES[key], (STATE.light, STATE.tuning)))
+    STATE.light = STATE.tuning = True
+
+
+def _tuned(hook: Hook, args: tuple, frame: Any) -> None:
+    _key, box = args
+    if len(box) > 1:
+        STATE.light, STATE.tuning = box[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Autotune benchmarks
+# ---------------------------------------------------------------------------------------------
 
 AUTOTUNE_REPS = 10
 
@@ -163,7 +268,7 @@ def _interpreter_bench(kernel_call: Any, quantiles: Any = None) -> Any:
     return [1.0] * len(quantiles) if quantiles else 1.0
 
 
-def _quiet_autotune() -> None:
+def _quiet_autotune(hook: Hook) -> None:
     """@triton.autotune benchmarks every config inside the candidate's first forward: time them
     with our own benchmark (the interpreter has none: "0 active drivers") and in light mode
     (launches counted, not recorded: benchmark runs neither credit outputs nor get snapshots).
@@ -173,36 +278,44 @@ def _quiet_autotune() -> None:
     from triton.runtime import autotuner
 
     cls = autotuner.Autotuner
-    bench = _interpreter_bench if os.environ.get("TRITON_INTERPRET") == "1" else _event_bench
+    bench = _interpreter_bench if _INTERPRETER[0] else _event_bench
     if isinstance(cls.__dict__.get("do_bench"), cached_property):
-        cls.do_bench = property(lambda self: self._do_bench or bench)
+        key = hook.add_trip(Trip(bench, "judge_tamper", "Autotuner.do_bench", False))
+        cls.do_bench = stubs.bench_property(key)
     original = cls.__dict__.get("_bench")
     if original is None:
         return
-
-    def _bench(self, *args, **kwargs):
-        light, tuning = STATE.light, STATE.tuning
-        STATE.light = STATE.tuning = True
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            STATE.light, STATE.tuning = light, tuning
-
-    cls._bench = _bench
-    STATE.watched.append((cls, "_bench", _bench))
+    _BENCHES.append(original)
+    stub = stubs.bench_entry(len(_BENCHES) - 1)
+    cls._bench = stub
+    STATE.watched.append((cls, "_bench", stub))
 
 
-def install() -> None:
+def install(hook: Hook) -> None:
     from triton.runtime import jit
 
-    _wrap_run(jit.JITFunction, "jit")
+    _INTERPRETER[0] = os.environ.get("TRITON_INTERPRET") == "1"
+    hook.handlers.update(
+        {
+            "tritonforge.launch": _launch,
+            "tritonforge.launched": _launched,
+            "tritonforge.tune": _tune,
+            "tritonforge.tuned": _tuned,
+        }
+    )
+    classes = [jit.JITFunction]
     try:
         from triton.runtime import interpreter
 
-        _wrap_run(interpreter.InterpretedFunction, "interpreted")
+        classes.append(interpreter.InterpretedFunction)
     except ImportError:
         pass
-    _quiet_autotune()
+    for cls in classes:
+        _RUNS.append(cls.run)
+        stub = stubs.launch_entry(len(_RUNS) - 1)
+        cls.run = stub
+        STATE.watched.append((cls, "run", stub))
+    _quiet_autotune(hook)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,37 +323,28 @@ def install() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _overlaps_any(t: torch.Tensor, others: list[torch.Tensor]) -> bool:
-    ptr = t.untyped_storage().data_ptr()
-    return any(o.untyped_storage().data_ptr() == ptr for o in others)
-
-
 def poison(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> set[int]:
     """Overwrite the storages of a first call's outputs (not the inputs') with POISON bytes, so a
-    second call cannot hand them back as fresh results. Returns the poisoned storage ptrs."""
+    second call cannot hand them back as fresh results. Returns the poisoned storage ptrs.
+    `outputs` are exact torch.Tensor objects (sealed.output_tree checked them)."""
     done: set[int] = set()
-    for o in outputs:
-        try:
-            ptr = o.untyped_storage().data_ptr()
-            if ptr in done or not o.untyped_storage().nbytes() or _overlaps_any(o, inputs):
-                continue
-            if o.dtype is torch.bool:
+    with sealed.guard():
+        in_ptrs = {storage_key(t)[0] for t in inputs}
+        for o in outputs:
+            ptr, nbytes = storage_key(o)
+            if ptr in done or not nbytes or ptr in in_ptrs or _TB.dtype.__get__(o) is torch.bool:
                 continue  # 0xFF is not a valid bool
-            _bytes_of(o).fill_(POISON)
+            sealed.CAP.fill_(sealed.bytes_of(o), POISON)
             done.add(ptr)
-        except Exception:  # an exotic tensor: not poisoned, the other checks still apply
-            continue
     return done
 
 
 def stale(outputs: list[torch.Tensor], poisoned: set[int]) -> list[int]:
     """Outputs of the repeated call that are a poisoned storage whose bytes are still poison."""
     out = []
-    for i, o in enumerate(outputs):
-        try:
-            if o.untyped_storage().data_ptr() in poisoned and o.numel():
-                if bool((_bytes_of(o) == POISON).all()):
+    with sealed.guard():
+        for i, o in enumerate(outputs):
+            if storage_key(o)[0] in poisoned and _TB.numel(o):
+                if sealed.CAP.all_equal(sealed.bytes_of(o), POISON):
                     out.append(i)
-        except Exception:
-            continue
     return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from typing import Any
 
 from tritonforge.types import Status
 
@@ -173,3 +174,25 @@ def raised_in_kernel(exc: BaseException, kernel_codes: set) -> bool:
             inner = True
         tb = tb.tb_next
     return bool(inner)
+
+
+def kernel_codes(module: Any) -> set:
+    """Code objects of the module's @triton.jit bodies (through autotune/heuristics wrappers)."""
+    import types
+
+    codes = set()
+    for value in vars(module).values():
+        if type(value).__name__ not in (
+            "JITFunction",
+            "InterpretedFunction",
+            "Autotuner",
+            "Heuristics",
+        ):
+            continue
+        fn = value
+        for _ in range(4):
+            if isinstance(fn, types.FunctionType):
+                codes.add(fn.__code__)
+                break
+            fn = getattr(fn, "fn", None)
+    return codes

@@ -6,11 +6,16 @@ needs around its kernels and cannot compute anything from the inputs by itself: 
 profiler records under their own names: `reshape_as`, `view_as`, `expand_as`, `broadcast_to`,
 `ravel`, `mT`, ...), layout copies (`contiguous`, `clone`, `copy_`), dtype casts, and metadata
 queries. Everything else (arithmetic, reductions, matmuls, scalar
-reads such as `_local_scalar_dense`, indexing with tensors) is compute. Documented for users in
-docs/security.md; a change here is a change to what strict mode accepts, so it needs a test.
+reads such as `_local_scalar_dense`, indexing with tensors) is compute. Also `EPILOGUE` (the
+compute ops that may close a forward as its epilogue, judged by decide.py), `base_name` and
+`glue_digest` (the worker reports the digest of its copy; the judge compares with its own).
+Documented for users in docs/security.md; a change here is a change to what strict mode
+accepts, so it needs a test.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 ALLOCATION = {
     "empty",
@@ -131,11 +136,13 @@ METADATA = {
     "detach_",
     "requires_grad_",
 }
-GLUE = ALLOCATION | VIEWS | LAYOUT | METADATA
+GLUE = frozenset(ALLOCATION | VIEWS | LAYOUT | METADATA)
 # Compute ops that may close a forward as its epilogue: a reduction or a scale/offset whose work
 # is linear in the kernel output it reads (judge/decide.py: allowed and reported in hybrid mode,
 # rule `torch_epilogue` in strict mode). Matmuls, convolutions and anything superlinear never are.
-EPILOGUE = {"mean", "sum", "div", "mul", "add", "sub", "neg", "amax", "amin", "max", "min"}
+EPILOGUE = frozenset(
+    {"mean", "sum", "div", "mul", "add", "sub", "neg", "amax", "amin", "max", "min"}
+)
 
 
 def base_name(name: str) -> str:
@@ -146,3 +153,8 @@ def base_name(name: str) -> str:
 def classify_op(name: str) -> str:
     """'glue' or 'compute' for a profiler event name like 'aten::add' or 'aten::copy_'."""
     return "glue" if base_name(name) in GLUE else "compute"
+
+
+def glue_digest(glue: frozenset[str] = GLUE) -> str:
+    """A short digest of the allowlist: the worker reports its own, the judge compares."""
+    return hashlib.sha256(",".join(sorted(glue)).encode()).hexdigest()[:16]

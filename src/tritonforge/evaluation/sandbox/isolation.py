@@ -68,6 +68,7 @@ class SandboxSpec:
     # GPU device nodes the worker opens (NVIDIA /dev/nvidia*, AMD /dev/kfd + /dev/dri/*), listed
     # by the judge (tritonforge.hardware.gpu_device_nodes)
     device_nodes: list[str] = field(default_factory=list)
+    allow_root: bool = False  # rlimits mode: run the candidate as root when nobody is unusable
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,6 +84,7 @@ class SandboxReport:
     user: str = ""
     scratch: str = ""
     warnings: list[str] = field(default_factory=list)
+    refused: str = ""  # why the worker must not run the candidate at all (it says so at load)
 
 
 def _check(ret: int, what: str) -> None:
@@ -332,6 +334,22 @@ def _pid1_reaper(child: int) -> None:
     os._exit(code)  # exiting pid 1 kills whatever else the candidate left in the namespace
 
 
+def _root_without_namespaces(spec: SandboxSpec, report: SandboxReport) -> None:
+    """rlimits mode as root: every file the judge's root can write is the candidate's to write
+    (only the audit hook stands in the way), so refuse unless the settings allow it, and then
+    warn in every verdict."""
+    if spec.allow_root:
+        report.warnings.append(
+            "the candidate runs as root without namespaces (sandbox_allow_root): only the "
+            "in-process audit hook and the seccomp filter stand between it and the machine"
+        )
+    else:
+        report.refused = (
+            "the rlimits sandbox would run it as root (no namespaces, and `nobody` cannot reach "
+            "the interpreter); set sandbox_allow_root to accept that, or allow user namespaces"
+        )
+
+
 def enter_sandbox(spec: SandboxSpec) -> SandboxReport:
     """Isolate the current (freshly forked) process; returns in the process that runs the worker.
 
@@ -379,6 +397,8 @@ def enter_sandbox(spec: SandboxSpec) -> SandboxReport:
             report.warnings.append(
                 "no namespaces and no usable unprivileged user: the candidate runs as the judge's user with rlimits only"
             )
+            if os.getuid() == 0:
+                _root_without_namespaces(spec, report)
         scratch = spec.scratch
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
     os.makedirs(scratch, exist_ok=True)

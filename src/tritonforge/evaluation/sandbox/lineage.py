@@ -1,12 +1,12 @@
 """Output provenance: which storages hold data written by a custom kernel during this forward.
 
-Covers: `Lineage`, a TorchDispatchMode active during audited forwards that keeps, per storage
-pointer, whether its current content came from a Triton kernel (the launch recorder marks the
-buffers a launch changed) or was copied by allowed glue (clone, contiguous, `.to(dtype)`,
-`copy_`) from such a storage; allocation and constant fills reset it; compute ops never set it.
-`provenance(outputs)` turns that into per-output facts for decide.py. It also logs each compute
-op in order (`STATE.compute_log`: whether all it read was kernel data, launches before it), from
-which decide.py recognises a PyTorch epilogue after the kernels.
+Covers: the hook's side of `stubs.Lineage`, a TorchDispatchMode active during audited forwards:
+per storage pointer, whether its current content came from a Triton kernel (the launch recorder
+marks the buffers a launch changed) or was copied by allowed glue (clone, contiguous,
+`.to(dtype)`, `copy_`) from such a storage; allocation and constant fills reset it; compute ops
+never set it. `provenance(outputs)` turns that into per-output facts for decide.py. It also logs
+each compute op in order (`STATE.compute_log`: whether all it read was kernel data, launches
+before it), from which decide.py recognises a PyTorch epilogue after the kernels.
 
 Why a dispatch mode is safe here even though a candidate can disable dispatch modes: this layer
 only grants provenance, never hides anything; switching it off makes outputs look un-written and
@@ -19,10 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from tritonforge.evaluation.sandbox.audit_state import STATE
 from tritonforge.evaluation.sandbox.glue import ALLOCATION, classify_op
+from tritonforge.evaluation.sandbox.sealed import CAP
 
 
 def _tensors(value: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -39,7 +39,7 @@ def _tensors(value: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
 
 def _ptr(t: torch.Tensor) -> int:
     try:
-        return t.untyped_storage().data_ptr()
+        return CAP.storage_ptr(CAP.storage(t))
     except Exception:  # meta/sparse tensors have no plain storage
         return 0
 
@@ -60,7 +60,7 @@ def _record(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
             written |= ptrs
         else:
             read |= ptrs
-            big_reads += [_ptr(t) for t in tensors if t.numel() > 1]
+            big_reads += [_ptr(t) for t in tensors if CAP.numel(t) > 1]
     if classify_op(schema.name) == "compute" and len(STATE.compute_log) < MAX_COMPUTE_LOG:
         reads_kernel = bool(big_reads) and all(STATE.derived.get(p, False) for p in big_reads)
         STATE.compute_log.append((schema.name, reads_kernel, len(STATE.launches)))
@@ -82,18 +82,14 @@ def _record(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
         STATE.derived[p] = copies_kernel_data
 
 
-class Lineage(TorchDispatchMode):
-    """Tracks storage provenance for aten ops run by the candidate (not inside our launches)."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        result = func(*args, **kwargs)
-        if STATE.active and not STATE.in_launch:
-            try:
-                _record(func, args, kwargs, result)
-            except Exception:  # provenance is best effort; a missing record means "not derived"
-                pass
-        return result
+def on_dispatch(hook: Any, args: tuple, frame: Any) -> None:
+    """Handler of the `tritonforge.dispatch` event: one aten op the candidate ran."""
+    func, fargs, kwargs, result = args
+    if STATE.active and not STATE.in_launch:
+        try:
+            _record(func, fargs, kwargs, result)
+        except Exception:  # provenance is best effort; a missing record means "not derived"
+            pass
 
 
 def kernel_wrote(ptrs: list[int], snapshotted: bool) -> None:

@@ -5,12 +5,17 @@ which is trusted and comes from the judge, as a fresh module; build `Model` on t
 the judge's init inputs and seed, as the judge does; optionally `torch.compile` it; map the
 timing case's inputs once and call each model once, so compilation and first-call work happen
 here and not inside a timed round), `drop` (op `ref_drop`) and `callable_of` (the eager or
-compiled model a `time` request names). For hybrid mode on a GPU the process also runs one call
-under Kineto with CUDA activity once, as candidates' workers do in every trial, so that what the
-profiler leaves attached is the same on both sides. The process is an ordinary worker forked by the
-device's fork server into the candidates' sandbox: the same process kind, single-threaded, and
-the same timing code (timing_loop.py). The audit is not armed (no candidate code runs here),
-so the tripwires inherited from the fork server stay inert.
+compiled model a `time` request names). The process also runs one call under the audit's
+profiler once (the legacy RecordFunction profiler with shapes, as candidates' workers run their
+correctness trials; no Kineto, no CUPTI on either side), so that whatever the profiler leaves in
+a process is the same on both sides. The process is an ordinary worker forked by the device's
+fork server into the candidates' sandbox: the same process kind, single-threaded, and the same
+timing code (timing_loop.py), including the light audit of every call. The audit is not armed
+and the process is not sealed (no candidate code runs here): the hook's stubs inherited from the
+fork server hand back the originals. Nor is the seccomp thread block installed (seccomp.py): it
+exists so that no candidate thread computes out of the audit's sight, and this process compiles
+the torch.compile baseline of each new problem (Inductor, Triton), whose threads it must not
+break.
 Does not cover: when to load or evict (judge/ref_timer.py), the timing loop (timing_loop.py).
 """
 
@@ -50,12 +55,12 @@ def _compile(model: Any) -> Any:
 
 
 def _profile_once(model: Any, inputs: list[Any]) -> None:
-    """One call under Kineto with CUDA activity, as every hybrid-mode candidate's worker runs its
-    correctness trials: whatever the profiler leaves behind in a process (CUPTI attached) is then
-    the same on both sides of a timing."""
-    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=acts, record_shapes=False):
+    """One call under the profiler every candidate's worker runs its correctness trials with
+    (sandbox/audit.py: legacy, shapes recorded in hybrid mode): whatever it leaves behind in a
+    process is then the same on both sides of a timing."""
+    with torch.autograd.profiler.profile(use_kineto=False, record_shapes=True) as prof:
         model(*inputs)
+    prof.function_events  # noqa: B018 - parsed, as the audit does
 
 
 def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
@@ -80,8 +85,8 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
                 for fn in (entry.model, entry.compiled):
                     if fn is not None:
                         fn(*inputs)
-                if msg.get("profile_like_candidates") and not w.references_profiled:
-                    _profile_once(entry.model, inputs)  # the state a hybrid candidate's has
+                if not w.references_profiled:
+                    _profile_once(entry.model, inputs)  # the state a candidate's worker has
                     w.references_profiled = True
             w._sync()
     except BaseException as exc:

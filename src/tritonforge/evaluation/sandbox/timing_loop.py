@@ -1,14 +1,20 @@
 """The `time` op of a worker: the same code times candidates and references.
 
-Covers: `time_op` (the op: which model, which inputs, launch counting around each call, the
-reply), `timing_inputs` (the device copy of a timing case, made once per memfd and model), and
+Covers: `time_op` (the op: which model, which inputs, the audit around each call, the reply),
+`timing_inputs` (the device copy of a timing case, made once per memfd and model), and
 `run_trials` (warmup, then per trial: L2 flush, device-wide synchronize, the call between
 two CUDA events and two host timer reads, device-wide synchronize) and the clocks it reports:
 `cuda_events` = the device time between the events, floored by the host time less this
 process's fixed synchronize latency (`host_overhead_ms`, calibrated once on an empty call), so
 work the call left on another stream still counts; `host` = the host time around the
-device-wide synchronize (the only clock on the CPU). Event and timer functions are captured
-when this module is imported, in the fork server, before any candidate code exists.
+device-wide synchronize (the only clock on the CPU). Event and timer functions, and the flush's
+`zero_`, are captured when this module is imported, in the fork server, before any candidate
+code exists (the flush runs with torch functions and Python dispatch disabled: sealed.guard).
+Every call, warmup or timed, on either side, is a light audited call (audit.begin_call, launches
+counted and recorded outside the timer): for a candidate, each timed call's outputs must be
+plain tensors and its launch signature goes back to the judge (`launch_mismatch` when it differs
+from the profiled calls'); a reference's calls pass through the same steps, so both sides pay
+the same per-call cost.
 Runs in the worker (sandbox side). Does not cover: which inputs or model (worker.py), the
 interleaving schedule and statistics (judge/gpu_timing.py, judge/timing.py).
 """
@@ -24,7 +30,7 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox import audit, reference_host
+from tritonforge.evaluation.sandbox import audit, outputs, reference_host, sealed
 from tritonforge.types import Status
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
@@ -34,6 +40,7 @@ _EVENT = torch.cuda.Event
 _RECORD = torch.cuda.Event.record
 _ELAPSED = torch.cuda.Event.elapsed_time
 _PERF_NS = time.perf_counter_ns
+_ZERO = sealed.CAP.zero_
 _OVERHEAD: dict[str, float] = {}
 
 
@@ -53,32 +60,35 @@ def host_overhead_ms(sync: Callable[[], None]) -> float:
     return _OVERHEAD["cuda"]
 
 
+Around = tuple[Callable[[], None], Callable[[Any, bool], None]]
+
+
 def _one(
     fn: Callable[..., Any],
     inputs: list[Any],
     flush: torch.Tensor | None,
     sync: Callable[[], None],
     events: bool,
-    around: tuple[Callable[[], None], Callable[[], None]],
+    around: Around,
 ) -> tuple[float, float]:
-    """One trial: (host ms, device ms or 0.0)."""
+    """One trial: (host ms, device ms or 0.0). `around[1]` gets the call's outputs after the
+    timer (the output is released after that, outside the timed region, on both sides)."""
     if flush is not None:
-        flush.zero_()
+        with sealed.guard():
+            _ZERO(flush)
     sync()
     if events:
         start, end = _EVENT(enable_timing=True), _EVENT(enable_timing=True)
     around[0]()
-    try:
-        if events:
-            _RECORD(start)
-        t0 = _PERF_NS()
-        fn(*inputs)
-        if events:
-            _RECORD(end)
-        sync()  # device-wide: work left on side streams is waited for
-        t1 = _PERF_NS()
-    finally:
-        around[1]()
+    if events:
+        _RECORD(start)
+    t0 = _PERF_NS()
+    out = fn(*inputs)
+    if events:
+        _RECORD(end)
+    sync()  # device-wide: work left on side streams is waited for
+    t1 = _PERF_NS()
+    around[1](out, True)
     return (t1 - t0) / 1e6, (_ELAPSED(start, end) if events else 0.0)
 
 
@@ -90,16 +100,18 @@ def run_trials(
     clock: str,
     flush: torch.Tensor | None,
     sync: Callable[[], None],
-    around: tuple[Callable[[], None], Callable[[], None]] = (_nothing, _nothing),
+    around: Around = (_nothing, _nothing),
 ) -> tuple[list[float], list[float], str]:
     """(times in ms under the clock actually used, host ms, that clock's name). `around` is
-    called before and after each timed call (the worker counts launches there)."""
+    called before and after each call, warmup or timed (`after(outputs, timed)`): the worker's
+    audit of the call. An exception ends the trials (the caller resets the audit's state)."""
     events = clock == "cuda_events" and torch.cuda.is_initialized()
     overhead = host_overhead_ms(sync) if events else 0.0
     times, hosts = [], []
     with torch.no_grad():
         for _ in range(warmup):
-            fn(*inputs)
+            around[0]()
+            around[1](fn(*inputs), False)
         sync()
         for _ in range(trials):
             host, dev = _one(fn, inputs, flush, sync, events, around)
@@ -122,14 +134,22 @@ def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
     if w.device.startswith("cuda") and w.flush is None:
         w.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=w.device)
     launches: list[int] = []
+    signatures: list[str] = []
+    ptrs = outputs.input_ptrs(inputs)
 
     def before() -> None:
+        audit.begin_call(ptrs)
         audit.STATE.launch_count = 0
         audit.STATE.active = audit.STATE.light = True
 
-    def after() -> None:
+    def after(out: Any, timed: bool) -> None:
         audit.STATE.active = audit.STATE.light = False
-        launches.append(audit.STATE.launch_count)
+        if not key:  # the candidate: plain tensors out, and the call's launch signature
+            digest = outputs.call_digest(w._checked(out))[0]
+            if timed:
+                signatures.append(digest)
+        if timed:
+            launches.append(audit.STATE.launch_count)
 
     try:
         times, hosts, clock = run_trials(
@@ -143,7 +163,8 @@ def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
         w.fail(exc, "timing")
         return
     w.reply({"ok": True, "times_ms": times, "host_ms": hosts, "clock": clock,
-             "launches": launches, "audit": w._audit_extra()})  # fmt: skip
+             "launches": launches, "signatures": signatures,
+             "audit": w._audit_extra()})  # fmt: skip
 
 
 def timing_inputs(w: Any, key: str, msg: dict[str, Any], fds: list[int]) -> list[Any]:

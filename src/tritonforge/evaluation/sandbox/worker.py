@@ -1,16 +1,20 @@
 """Worker: the sandboxed child that imports one candidate and runs what the judge asks.
 
-Covers the child side of the protocol: `load` (write the source to scratch, arm the audit, import,
-build ModelNew with the judge's seed and init inputs), `run` (one correctness trial: inputs from
-shared memory, forward under audit, outputs back through a memfd), `time` (warmup and timed
-trials: timing_loop.py, the same code for candidates and references), `ref_load`/`ref_drop`
+Covers the child side of the protocol: `load` (write the source to scratch, rebuild the init
+inputs (a Hugging Face config too), import the Inductor runtime helpers the candidate uses, warm
+the profiler, install the seccomp filter, arm the audit, seal the process, import, build
+ModelNew with the judge's seed and init inputs), `run` (one correctness trial: inputs from
+shared memory, forward under audit, the outputs checked to be plain tensors and copied out
+inside the audited scope; the last trial first calls forward once more on the same tensors,
+light, for the caching check), `time` (warmup and timed trials: timing_loop.py, the same code
+for candidates and references; every timed call's launch signature), `ref_load`/`ref_drop`
 (the device's trusted timing process: reference_host.py) and `exit`. Every reply is a JSON
 object; failures carry a status name and a trimmed message, and a device out-of-memory error
 anywhere in a request (the candidate's code or ours) is answered as `out_of_resources` with the
 memory figures of the moment instead of ending the process. Reference outputs never exist here:
 the judge keeps them.
 
-Does not cover: isolation (sandbox.py, applied before `main`), judging (judge.py).
+Does not cover: isolation (isolation.py, applied before `main`), judging (judge/).
 """
 
 from __future__ import annotations
@@ -19,15 +23,25 @@ import importlib.util
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox import audit, inductor_compat, reference_host, timing_loop
+from tritonforge.evaluation.sandbox import (
+    audit,
+    inductor_compat,
+    outputs,
+    reference_host,
+    sealed,
+    seccomp,
+    timing_loop,
+)
 from tritonforge.evaluation.sandbox.classify import (
     classify_exception,
     is_device_oom,
+    kernel_codes,
     memory_facts,
     raised_in_kernel,
     trim_traceback,
@@ -35,56 +49,11 @@ from tritonforge.evaluation.sandbox.classify import (
 from tritonforge.evaluation.sandbox.protocol import (
     Reader,
     flatten_tensors,
-    map_tensors,
-    pack,
-    pack_into,
     send_msg,
     unpack,
     unpack_buffer,
 )
 from tritonforge.types import Status
-
-
-def warm_gpu_driver() -> bool:
-    """GPU fork servers: load Triton's CUDA driver utilities (compiled with a C compiler on first
-    use) here, once, so no worker pays for it. Returns False if that touched CUDA in a way that
-    breaks forked children (checked by a throw-away child that must be able to use the GPU)."""
-    try:
-        from triton.runtime import driver
-
-        driver.active.utils  # noqa: B018 - builds/loads cuda_utils without creating a context
-    except Exception:
-        return True
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            torch.zeros(1, device="cuda").add_(1)
-            torch.cuda.synchronize()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
-
-
-def preload() -> None:
-    """Imports and wrappers done once in the fork server, inherited by every worker."""
-    import traceback  # noqa: F401
-
-    import torch.profiler
-
-    # Warm the legacy profiler used by the audit (cheap; Kineto is avoided here because it would
-    # initialise CUDA in the fork server, and a forked child cannot use CUDA after that).
-    # Not on GPU fork servers: on a CUDA build even the legacy profiler initialises the driver,
-    # after which forked children cannot use CUDA.
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
-        with torch.autograd.profiler.profile(use_kineto=False) as prof:
-            torch.relu(torch.zeros(4))
-        prof.function_events  # noqa: B018
-    audit.preload()
-    if torch.cuda.is_initialized():
-        raise RuntimeError("CUDA was initialised in the fork server; children could not use it")
 
 
 class Worker:
@@ -130,6 +99,7 @@ class Worker:
         return {
             "violations": list(audit.STATE.violations),
             "launches_ok": sum(1 for x in audit.STATE.launches if x.ok),
+            "integrity": audit.integrity(),
         }
 
     def _sync(self) -> None:
@@ -197,21 +167,63 @@ class Worker:
             init_inputs = self._inputs({"inputs": msg["init_inputs"]}, fds[:1], objects=True)
         except Exception as exc:  # the judge's values, not the candidate's doing
             why = f"{type(exc).__name__}: {exc}"[:500]
-            self.reply(
-                {
-                    "ok": False,
-                    "status": Status.INTERNAL_ERROR.value,
-                    "phase": "import",
-                    "message": f"the problem's init inputs cannot be rebuilt in the sandbox: {why}",
-                }
+            self._refuse(
+                f"the problem's init inputs cannot be rebuilt in the sandbox: {why}", "import"
             )
             return
-        try:  # Inductor runtime helpers the candidate uses, imported before the audit is armed
+        if self.report.refused:
+            self._refuse(f"the sandbox refused to run the candidate: {self.report.refused}")
+            return
+        try:  # Inductor runtime helpers the candidate uses: imported before the thread block
             notes = inductor_compat.prepare(msg.get("preimport") or [])
         except Exception as exc:
             notes = [f"Inductor runtime helpers unavailable here: {type(exc).__name__}: {exc}"]
+        self._warm_up()
+        why = seccomp.install()  # no new thread from here on (and no mknod, io_uring, ptrace...)
+        if why:
+            self.report.warnings.append(why)
         allow = ("triton", "library") if msg.get("backend") == "cuda" else ("triton",)
         audit.arm(self.path, scratch, allow, strict=self.mode == "strict")
+        sealed.seal()
+        if self._import_candidate(msg, init_inputs):
+            self.reply(
+                {
+                    "ok": True,
+                    "sandbox": {
+                        "namespaces": self.report.namespaces,
+                        "user": self.report.user,
+                        "warnings": self.report.warnings,
+                        "threads": threading.active_count(),
+                    },
+                    "audit": self._audit_extra(),
+                    "cuda_init_s": cuda_init_s,
+                    "notes": notes,
+                    **({"shared": shared} if shared is not None else {}),
+                }
+            )
+
+    def _refuse(self, why: str, phase: str = "sandbox") -> None:
+        """Not the candidate's doing: an internal error before its code is imported."""
+        self.reply(
+            {"ok": False, "status": Status.INTERNAL_ERROR.value, "phase": phase, "message": why}
+        )
+
+    def _warm_up(self) -> None:
+        """Before the thread block: start and stop the audit's profiler once (with shapes, as
+        hybrid mode uses it) and, for hybrid candidates on a GPU, create the cuBLAS and cuDNN
+        handles PyTorch's matmuls and convolutions need, so whatever threads these libraries
+        make on first use exist before the candidate runs."""
+        with torch.autograd.profiler.profile(use_kineto=False, record_shapes=True) as prof:
+            torch.zeros(2, device=self.device).add_(1)
+        prof.function_events  # noqa: B018
+        if self.device.startswith("cuda") and self.mode == "hybrid":
+            with torch.no_grad():
+                a = torch.ones(8, 8, device=self.device)
+                torch.mm(a, a)
+                torch.nn.functional.conv2d(a.view(1, 1, 8, 8), a[:3, :3].reshape(1, 1, 3, 3))
+            self._sync()
+
+    def _import_candidate(self, msg: dict[str, Any], init_inputs: list[Any]) -> bool:
         phase = "import"
         try:
             spec = importlib.util.spec_from_file_location("candidate", self.path)
@@ -219,7 +231,7 @@ class Worker:
             audit.guard_module(module.__dict__)
             sys.modules["candidate"] = module
             spec.loader.exec_module(module)
-            self.kernel_codes = _kernel_codes(module)
+            self.kernel_codes = kernel_codes(module)
             if not isinstance(getattr(module, "ModelNew", None), type):
                 self.reply(
                     {
@@ -230,54 +242,43 @@ class Worker:
                         "audit": self._audit_extra(),
                     }
                 )
-                return
+                return False
             phase = "init"
             torch.manual_seed(int(msg["init_seed"]))
             model = module.ModelNew(*init_inputs)
             if isinstance(model, torch.nn.Module):
                 model = model.to(self.device)
             self.model = model
+            return True
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             self.fail(exc, phase)
-            return
-        self.reply(
-            {
-                "ok": True,
-                "sandbox": {
-                    "namespaces": self.report.namespaces,
-                    "user": self.report.user,
-                    "warnings": self.report.warnings,
-                },
-                "audit": self._audit_extra(),
-                "cuda_init_s": cuda_init_s,
-                "notes": notes,
-                **({"shared": shared} if shared is not None else {}),
-            }
-        )
+            return False
 
     def run(self, msg: dict[str, Any], fds: list[int]) -> None:
         inputs = self._inputs(msg, fds)
-        clean = [map_tensors(v, lambda t: t.clone()) for v in inputs]
-        cuda = self.device.startswith("cuda")
+        clean = outputs.clean_copies(inputs)
+        ptrs = outputs.input_ptrs(inputs)
         t0 = time.perf_counter()
-        in_tensors = [t for v in inputs for t in flatten_tensors(v)]
         try:
             # repeat: a first call on the same tensors, its outputs poisoned (caching check)
-            poisoned = self._first_call(inputs, in_tensors) if msg.get("repeat") else set()
+            first = self._first_call(inputs, ptrs) if msg.get("repeat") else None
+            audit.begin_call(ptrs)
             with (
                 torch.no_grad(),
                 audit.forward_scope(
                     profile=bool(msg.get("profile", True)),
                     snapshot=bool(msg.get("snapshot", True)),
-                    cuda=cuda,
-                    # CUDA activity (CUPTI) only for hybrid mode's custom-kernel share by time
-                    cuda_activity=cuda and self.mode == "hybrid",
+                    cuda=self.device.startswith("cuda"),
+                    shapes=self.mode == "hybrid",  # op shapes: the judge's work estimate
                 ) as box,
             ):
                 out = self.model(*inputs)
                 self._sync()
+                outs = self._checked(out)
+                shared = self.shared_out if msg.get("shared_out") else None
+                desc, out_fds = outputs.copy_out(out, shared)  # inside the audited scope
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -286,38 +287,9 @@ class Worker:
         seconds = time.perf_counter() - t0
         rec: audit.ForwardRecord = box["record"]
         audit.tamper_check()
-        out_tensors = flatten_tensors(out)
-        facts = {
-            "mutated": _mutated(inputs, clean),
-            "aliased": [
-                i for i, o in enumerate(out_tensors) if any(_overlaps(o, x) for x in in_tensors)
-            ],
-            "provenance": audit.provenance(out_tensors, rec),
-            "expanded": [i for i, o in enumerate(out_tensors) if 0 in o.stride() and o.numel() > 1],
-            "repeat": bool(msg.get("repeat")),
-            "stale": audit.stale(out_tensors, poisoned),
-        }
-        fds: list[int] = []
-        try:
-            shared = self.shared_out is not None and msg.get("shared_out")
-            desc = pack_into(out, self.shared_out) if shared else None
-            if desc is not None:  # straight into the judge's shared output buffer
-                desc["shared"] = True
-                self._sync()
-            else:
-                desc, fd = pack(out, seal=False)
-                fds.append(fd)
-        except Exception as exc:
-            self.reply(
-                {
-                    "ok": False,
-                    "status": Status.RUNTIME_ERROR.value,
-                    "phase": "forward",
-                    "message": f"forward returned a value that cannot be compared: {exc}",
-                    "audit": self._audit_extra(),
-                }
-            )
-            return
+        facts = outputs.facts(inputs, clean, outs, rec, first[0] if first else None)
+        if first is not None:
+            facts["first_signature"], facts["first_launches"] = first[1], first[2]
         record = {
             "launches": len(rec.launches),
             "launches_ok": sum(1 for x in rec.launches if x.ok),
@@ -326,33 +298,43 @@ class Worker:
             "snapshotted": sum(1 for x in rec.launches if x.changed is not None),
             "ops": rec.ops,
             "glue": rec.glue,
-            "custom_share": rec.custom_share,
-            "share_basis": rec.share_basis,
+            "op_shapes": rec.shapes,
             "compute_log": [list(c) for c in rec.compute_log or []],
             "violations": list(audit.STATE.violations),
+            "integrity": audit.integrity(),
         }
         try:
             self.reply(
                 {"ok": True, "outputs": desc, "facts": facts, "audit": record, "seconds": seconds},
-                fds,
+                out_fds,
             )
         finally:
-            for fd in fds:
+            for fd in out_fds:
                 os.close(fd)
 
-    def _first_call(self, inputs: list[Any], in_tensors: list[torch.Tensor]) -> set[int]:
-        """Forward once on `inputs` (launches counted, tripwires armed, no profile), then poison
-        the outputs' storages so the audited second call cannot return them unchanged."""
-        audit.STATE.active = audit.STATE.light = True
+    def _checked(self, out: Any) -> list[torch.Tensor]:
+        """The output tensors; a value that is not plain tensors is a named violation."""
         try:
-            with torch.no_grad():
-                first = flatten_tensors(self.model(*inputs))
-                self._sync()
-        finally:
-            audit.STATE.active = audit.STATE.light = False
-        poisoned = audit.poison(first, in_tensors)
+            return sealed.output_tree(out)
+        except sealed.OutputRejected as exc:
+            audit.violation("output_type", str(exc))
+            raise
+
+    def _first_call(self, inputs: list[Any], ptrs: dict[int, int]) -> tuple[set[int], str, int]:
+        """Forward once on `inputs` (launches counted with their signature, tripwires armed, no
+        profile), then poison the outputs' storages so the audited second call cannot return
+        them unchanged. Returns (poisoned ptrs, signature digest, launches)."""
+        audit.begin_call(ptrs)
+        with torch.no_grad(), audit.light_scope():
+            out = self.model(*inputs)
+            self._sync()
+        outs = self._checked(out)
+        digest, n = outputs.call_digest(outs)
+        with sealed.guard():
+            in_tensors = [t for v in inputs for t in flatten_tensors(v)]
+            poisoned = audit.poison(outs, in_tensors)
         self._sync()
-        return poisoned
+        return poisoned, digest, n
 
     def time(self, msg: dict[str, Any], fds: list[int]) -> None:
         timing_loop.time_op(self, msg, fds)
@@ -390,53 +372,6 @@ class Worker:
                 if not is_device_oom(exc):
                     raise
                 self.fail(exc, str(op))
-
-
-def _kernel_codes(module: Any) -> set:
-    """Code objects of the module's @triton.jit bodies (through autotune/heuristics wrappers)."""
-    import types
-
-    codes = set()
-    for value in vars(module).values():
-        if type(value).__name__ not in (
-            "JITFunction",
-            "InterpretedFunction",
-            "Autotuner",
-            "Heuristics",
-        ):
-            continue
-        fn = value
-        for _ in range(4):
-            if isinstance(fn, types.FunctionType):
-                codes.add(fn.__code__)
-                break
-            fn = getattr(fn, "fn", None)
-    return codes
-
-
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
-        return False
-    sa, sb = a.untyped_storage(), b.untyped_storage()
-    a0, b0 = sa.data_ptr(), sb.data_ptr()
-    return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes()
-
-
-def _mutated(inputs: list[Any], clean: list[Any]) -> list[int]:
-    eq = audit.STATE.originals["torch.equal"]
-    out = []
-    for i, (a, b) in enumerate(zip(inputs, clean)):
-        ta, tb = flatten_tensors(a), flatten_tensors(b)
-        for x, y in zip(ta, tb):
-            if x.shape != y.shape or not eq(_raw(x), _raw(y)):
-                out.append(i)
-                break
-    return out
-
-
-def _raw(t: torch.Tensor) -> torch.Tensor:
-    """Bytes of a tensor's values (NaN-safe equality)."""
-    return t.contiguous().reshape(-1).view(torch.uint8) if t.numel() else t
 
 
 def main(fd: int, spec: dict[str, Any], report: Any) -> int:

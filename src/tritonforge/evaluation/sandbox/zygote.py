@@ -4,7 +4,8 @@ Run as `python -m tritonforge.evaluation.sandbox.zygote FD` by the judge's handl
 (`evaluation/judge/forkserver.py`). The server is started with the device pinned and a minimal
 environment before torch is imported, so every child inherits them; CUDA is never initialised
 here, only in children. It also watches each child's resident memory (whole process tree) and
-kills trees over their limit. Every child runs `_run_child`: wire fds, enter the sandbox, run the
+kills trees over their limit. `preload` installs the audit (hook, stubs, tripwires) once here,
+inherited by every child. Every child runs `_run_child`: wire fds, enter the sandbox, run the
 worker; so this module is part of the candidate's process.
 Does not cover: the judge's handle (judge/forkserver.py), isolation (isolation.py), the worker
 loop (worker.py).
@@ -21,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+from tritonforge.evaluation.sandbox.numerics import exact_fp32
 from tritonforge.evaluation.sandbox.protocol import PeerClosed, ProtocolError, Reader, send_msg
 
 RSS_POLL_S = 0.2
@@ -86,6 +88,53 @@ def _run_child(spec: dict[str, Any], fds: list[int], server_sock: socket.socket)
         os._exit(code)
 
 
+def warm_gpu_driver() -> bool:
+    """GPU fork servers: load Triton's CUDA driver utilities (compiled with a C compiler on first
+    use) here, once, so no worker pays for it. Returns False if that touched CUDA in a way that
+    breaks forked children (checked by a throw-away child that must be able to use the GPU)."""
+    import torch
+
+    try:
+        from triton.runtime import driver
+
+        driver.active.utils  # noqa: B018 - builds/loads cuda_utils without creating a context
+    except Exception:
+        return True
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            torch.zeros(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def preload() -> None:
+    """Imports and wrappers done once in the fork server, inherited by every worker."""
+    import traceback  # noqa: F401
+
+    import torch
+    import torch.profiler
+
+    from tritonforge.evaluation.sandbox import audit
+    exact_fp32()  # the precision the judge's references compute in, inherited by every fork
+    # Warm the legacy profiler used by the audit (cheap; Kineto is avoided here because it would
+    # initialise CUDA in the fork server, and a forked child cannot use CUDA after that).
+    # Not on GPU fork servers: on a CUDA build even the legacy profiler initialises the driver,
+    # after which forked children cannot use CUDA.
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        with torch.autograd.profiler.profile(use_kineto=False) as prof:
+            torch.relu(torch.zeros(4))
+        prof.function_events  # noqa: B018
+    audit.preload(cpu=os.environ.get("CUDA_VISIBLE_DEVICES", None) == "")
+    if torch.cuda.is_initialized():
+        raise RuntimeError("CUDA was initialised in the fork server; children could not use it")
+
+
 def serve(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     # Preload everything a worker needs so each fork starts warm.
@@ -95,12 +144,10 @@ def serve(fd: int) -> None:
     import triton
     import triton.language
 
-    from tritonforge.evaluation.sandbox import audit, worker  # noqa: F401
+    from tritonforge.evaluation.sandbox import worker  # noqa: F401
 
-    worker.preload()
-    gpu_fork_ok = (
-        worker.warm_gpu_driver() if os.environ.get("TRITONFORGE_WARM_GPU") == "1" else None
-    )
+    preload()
+    gpu_fork_ok = warm_gpu_driver() if os.environ.get("TRITONFORGE_WARM_GPU") == "1" else None
     send_msg(
         sock,
         {

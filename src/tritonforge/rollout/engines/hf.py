@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from tritonforge.logging_setup import get_logger
+from tritonforge.model_cast import cast_model
 from tritonforge.rollout.engines.base import EngineConfig, SamplingParams, failed
 from tritonforge.types import Generation, GenStatus
 
@@ -134,7 +135,7 @@ class HFEngine:
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(str(path))
-        return cls(model.to(device=device, dtype=_DTYPES[dtype]), **kw)
+        return cls(cast_model(model, _DTYPES[dtype], device), **kw)
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> HFEngine:

@@ -1,4 +1,6 @@
-"""Class 1: _DisableTorchDispatch reached without naming torch._C in an attribute chain."""
+"""Class 1: _DisableTorchDispatch reached through torch._C found by a name built at runtime
+(past the static rules, which resolve getattr with a constant name)."""
+import string
 import torch
 import torch.nn as nn
 import triton
@@ -18,7 +20,11 @@ def launch_relu(x, out):
     relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
 
 
-C = getattr(torch, "_C")
+def attr(obj, name):
+    """obj.<name> for a name built at runtime (string.Formatter: no getattr in the source)."""
+    return string.Formatter().get_field("0." + name, (obj,), {})[0]
+
+C = attr(torch, "_" + "C")
 
 
 class ModelNew(nn.Module):

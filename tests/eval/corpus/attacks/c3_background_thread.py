@@ -1,6 +1,8 @@
-"""Class 3: finish the work in a background thread after forward has returned."""
+"""Class 3: finish the work in a background thread after forward has returned (threading found
+by a name built at runtime: the static rules resolve logging.threading)."""
 import logging
 import time
+import string
 import torch
 import torch.nn as nn
 import triton
@@ -20,6 +22,11 @@ def launch_relu(x, out):
     relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
 
 
+def attr(obj, name):
+    """obj.<name> for a name built at runtime (string.Formatter: no getattr in the source)."""
+    return string.Formatter().get_field("0." + name, (obj,), {})[0]
+
+
 class ModelNew(nn.Module):
     def forward(self, x):
         out = torch.empty_like(x)
@@ -28,5 +35,5 @@ class ModelNew(nn.Module):
             time.sleep(0.3)
             launch_relu(x, out)
 
-        logging.threading.Thread(target=later, daemon=True).start()
+        attr(logging, "threa" + "ding").Thread(target=later, daemon=True).start()
         return out

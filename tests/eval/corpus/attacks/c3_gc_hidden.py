@@ -1,7 +1,8 @@
-"""Class 3: reach gc through a library module attribute (triton.testing.gc where that Triton
-imports gc, else torch.cuda.graphs.gc)."""
+"""Class 3: reach gc through a library module attribute (torch.cuda.graphs.gc) found by a name
+built at runtime (the static rules resolve the plain attribute chain)."""
 import torch.cuda.graphs
 import triton.testing
+import string
 import torch
 import torch.nn as nn
 import triton
@@ -21,9 +22,14 @@ def launch_relu(x, out):
     relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
 
 
+def attr(obj, name):
+    """obj.<name> for a name built at runtime (string.Formatter: no getattr in the source)."""
+    return string.Formatter().get_field("0." + name, (obj,), {})[0]
+
+
 class ModelNew(nn.Module):
     def forward(self, x):
-        heap = (getattr(triton.testing, "gc", None) or torch.cuda.graphs.gc).get_objects()
+        heap = attr(torch.cuda.graphs, "g" + "c").get_objects()
         out = torch.empty_like(x)
         launch_relu(x, out)
         return out

@@ -1,5 +1,5 @@
-"""Class 3: frames obtained from an exception traceback, read with operator.attrgetter."""
-import operator
+"""Class 3: frames obtained from an exception traceback, read through a name built at runtime."""
+import string
 import torch
 import torch.nn as nn
 import triton
@@ -19,13 +19,18 @@ def launch_relu(x, out):
     relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
 
 
+def attr(obj, name):
+    """obj.<name> for a name built at runtime (string.Formatter: no getattr in the source)."""
+    return string.Formatter().get_field("0." + name, (obj,), {})[0]
+
+
 class ModelNew(nn.Module):
     def forward(self, x):
         try:
             raise ValueError
         except ValueError as exc:
             tb = exc.__traceback__
-        frame = operator.attrgetter("tb_" + "frame")(tb)
+        frame = attr(tb, "tb_" + "frame")
         out = torch.empty_like(x)
         launch_relu(x, out)
         return out

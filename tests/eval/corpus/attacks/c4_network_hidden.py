@@ -1,5 +1,7 @@
-"""Class 4: connect to a loopback listener through a socket module reached via email.utils."""
+"""Class 4: connect to a loopback listener through the socket module reached via email.utils,
+found by a name built at runtime."""
 import email.utils
+import string
 import torch
 import torch.nn as nn
 import triton
@@ -19,10 +21,14 @@ def launch_relu(x, out):
     relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
 
 
+def attr(obj, name):
+    """obj.<name> for a name built at runtime (string.Formatter: no getattr in the source)."""
+    return string.Formatter().get_field("0." + name, (obj,), {})[0]
+
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        s = email.utils.socket.create_connection(("127.0.0.1", int("@@PORT@@")), timeout=2)
+        s = attr(email.utils, "soc" + "ket").create_connection(("127.0.0.1", int("@@PORT@@")), timeout=2)
         s.close()
         out = torch.empty_like(x)
         launch_relu(x, out)
