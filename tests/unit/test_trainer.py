@@ -112,9 +112,14 @@ def test_a_batch_without_signal_does_not_step_the_optimizer():
     silent = [
         t.model_copy(update={"advantages": [0.0] * len(t.token_ids)}) for t in trajectories(3)
     ]
+    steps = trainer.core.optim_steps
     m = trainer.train_step(silent)
-    assert (m.updates, trainer.policy_version, m.skipped["skipped_no_signal"]) == (0, 1, 3)
+    # measured and counted as a step (version, checkpoint cadence), but the weights, the
+    # optimizer's state and its step count are untouched
+    assert (trainer.policy_version, m.skipped["skipped_no_signal"]) == (2, 3)
+    assert trainer.core.optim_steps == steps and m.grad_norm == 0.0
     assert all(torch.equal(v, params(trainer.model)[k]) for k, v in before.items())
+    assert all(p.grad is None for p in trainer.model.parameters())
     with_kl = RLTrainer(config(loss={"kl_coef": 0.1}), model=tiny_lm())
     assert with_kl.train_step(silent).updates == 1  # a KL term is a signal of its own
 

@@ -169,6 +169,12 @@ class TrainCore:
         self.optim_steps += 1
         return gnorm, lr
 
+    def discard_gradients(self) -> tuple[float, float]:
+        """Drop the accumulated gradients without stepping (optimizer state, schedule and
+        weights unchanged); returns (0.0, the lr a step would have used)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        return 0.0, float(self.optimizer.param_groups[0]["lr"])
+
     def global_counts(self, num_tokens: int, num_seqs: int) -> tuple[float, float]:
         """Scored tokens and sequences summed over ranks (each rank passes its own)."""
         t = torch.tensor([num_tokens, num_seqs], dtype=torch.float64, device=self.ctx.device)

@@ -148,9 +148,9 @@ class RLTrainer:
         seqs, skipped = prepare_sequences(items, cfg.batch)
         if any(s.advantages is None for s in seqs):
             raise ValueError("every trajectory needs per-token advantages (the buffer fills them)")
-        skipped["skipped_no_signal"] = 0
-        if seqs and not self._has_signal(seqs):
-            skipped["skipped_no_signal"], seqs = len(seqs), []
+        # no signal: scored and measured like any batch, but its gradients are discarded
+        signal = not seqs or self._has_signal(seqs)
+        skipped["skipped_no_signal"] = 0 if signal else len(seqs)
         has_rollout = bool(seqs) and all(s.rollout_logprobs is not None for s in seqs)
         keys = self._metric_keys(has_rollout)
         seed = cfg.rl.seed * 1_000_003 + self.version
@@ -161,11 +161,13 @@ class RLTrainer:
         need_old = cfg.rl.ppo_epochs > 1 or cfg.rl.num_minibatches > 1
         old = frozen_logprobs(core, core.policy, mine, temp) if need_old else None
         ref = frozen_logprobs(core, self.ref, mine, temp) if self.ref is not None else None
-        guard = self._guard(items, seqs) if cfg.rl.max_logprob_drop > 0 and seqs else None
+        guard = (
+            self._guard(items, seqs) if cfg.rl.max_logprob_drop > 0 and seqs and signal else None
+        )
         sums, gnorms, lr, updates = MetricSums(), [], 0.0, 0
         for _ in range(cfg.rl.ppo_epochs):
             for mini, local_mini in zip(minis, local):
-                done = self._update(mini, local_mini, old, ref, has_rollout, sums)
+                done = self._update(mini, local_mini, old, ref, has_rollout, sums, signal)
                 if done is not None:
                     gnorms.append(done[0])
                     lr = done[1]
@@ -188,7 +190,9 @@ class RLTrainer:
         """False when the loss has no gradient: every scored token's advantage is 0 (e.g. all
         groups answered alike) and no KL or entropy term is weighted. Such a batch must not step
         the optimizer: AdamW would still move every weight by its momentum, re-applying the last
-        failure's push (about 1 / (1 - beta1) times in all) while nothing asked for it."""
+        failure's push (about 1 / (1 - beta1) times in all) while nothing asked for it. It still
+        counts as a training step (metrics, policy version, checkpoint cadence): the weights
+        are simply unchanged by it."""
         loss = self.cfg.loss
         if loss.kl_coef > 0 or loss.entropy_coef > 0:
             return True
@@ -214,9 +218,10 @@ class RLTrainer:
         ref: dict[int, Tensor] | None,
         has_rollout: bool,
         sums: MetricSums,
+        signal: bool = True,
     ) -> tuple[float, float] | None:
         """Accumulate gradients over this rank's micro-batches (`local`) of a global minibatch
-        (`mini`, the same on every rank), then step."""
+        (`mini`, the same on every rank), then step (without `signal`: discard them instead)."""
         core, dev = self.core, self.ctx.device
         n_tok, n_seq = count_tokens(mini)
         if n_tok == 0:  # the same on every rank: nothing to learn from this minibatch
@@ -240,7 +245,7 @@ class RLTrainer:
             loss, metrics = compute_loss(inputs, self.cfg.loss)
             core.backward(loss)
             sums.add(metrics, mb.num_tokens)
-        return core.optimizer_step()
+        return core.optimizer_step() if signal else core.discard_gradients()
 
     def _metric_keys(self, has_rollout: bool) -> list[str]:
         """The loss's metric names for this configuration (same on every rank)."""
