@@ -32,7 +32,10 @@ class BufferConfig(Section):
     on_exhausted: Literal["drop", "keep"] = Field(
         "drop", description="filter drop after the cap: drop or accept"
     )
-    normalize: str = Field("zscore", description="zscore | mean_only | none (per turn index)")
+    normalize: str = Field(
+        "zscore",
+        description="zscore | mean_only | none (per turn index) | zscore_pooled | zscore_pooled_later",
+    )
     epsilon: float = Field(1e-6, ge=0, description="added to the std in zscore")
     padding: str = Field("none", description="none | duplicate | duplicate_masked")
     stats: str = Field("kernel", description="kernel | basic")

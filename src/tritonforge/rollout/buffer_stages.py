@@ -6,8 +6,9 @@ get_group_data_meta_info / is_valid_group / filter_item / normalize_group_data /
 - VALIDITY: `all_valid` (n samples, all status "ok"), `allow_partial` (keep the "ok" samples if
   at least `min_group_size` remain).
 - FILTERS (drop a whole group, with a reason): `none`, `drop_zero_variance`.
-- NORMALIZERS (per-turn returns normalised across the group per turn index): `zscore`,
-  `mean_only`, `none`.
+- NORMALIZERS (per-turn returns normalised across the group): `zscore`, `mean_only`, `none`
+  (per turn index), `zscore_pooled` (one baseline over every turn of the group),
+  `zscore_pooled_later` (first turns per turn index, later turns pooled).
 - PADDERS: `none`, `duplicate` (copies with zero advantage), `duplicate_masked` (copies with
   zero advantage and an all-zero loss mask, so they add nothing to any loss term).
 There is deliberately no reward-range filter. Does not cover: the buffer's state, regeneration
@@ -15,6 +16,14 @@ counting or files (see rollout.buffer).
 
 Normalisation: for turn index t, the values are R_t of every sample that has a turn t;
 zscore = (R - mean_t) / (std_t + eps) with the population std (ddof 0); mean_only = R - mean_t.
+Per turn index, a later turn is compared only with the samples that reached it: with episodes that
+stop at a correct turn, a repair that is the group's only second turn gets exactly 0 whether it
+worked or not. `zscore_pooled` z-scores every R_t against the mean and std of all the group's
+returns (every sample, every turn), so a repair that works gets a positive advantage and one that
+fails a negative one; a group with no contrast between its samples (at every turn index all
+returns equal, `is_zero_variance`) gets 0 everywhere, as under `zscore`.
+`zscore_pooled_later` keeps the first turns' advantages of `zscore` and gives later turns those of
+`zscore_pooled`, so only the credit of repair turns changes.
 """
 
 from __future__ import annotations
@@ -111,7 +120,11 @@ def allow_partial(
 def is_zero_variance(trajs: Sequence[Trajectory], tol: float = 1e-9) -> bool:
     """True when, at every turn index, all samples' returns are equal (within tol):
     every normalised advantage would be 0, so the group teaches nothing."""
-    return all(max(col) - min(col) <= tol for col in _by_turn([t.returns for t in trajs]))
+    return _no_contrast([t.returns for t in trajs], tol)
+
+
+def _no_contrast(returns: list[list[float]], tol: float = 0.0) -> bool:
+    return all(max(col) - min(col) <= tol for col in _by_turn(returns))
 
 
 @_register(FILTERS, "none")
@@ -132,6 +145,23 @@ def zscore(returns: list[list[float]], eps: float) -> list[list[float]]:
     cols = _by_turn(returns)
     stats = [(_mean(c), _std(c)) for c in cols]
     return [[(x - stats[t][0]) / (stats[t][1] + eps) for t, x in enumerate(r)] for r in returns]
+
+
+@_register(NORMALIZERS, "zscore_pooled")
+def zscore_pooled(returns: list[list[float]], eps: float) -> list[list[float]]:
+    """(R_t - mean) / (std + eps) over every return of the group; 0 when samples do not differ."""
+    if _no_contrast(returns):
+        return [[0.0] * len(r) for r in returns]
+    pooled = [x for r in returns for x in r]
+    mean, std = _mean(pooled), _std(pooled)
+    return [[(x - mean) / (std + eps) for x in r] for r in returns]
+
+
+@_register(NORMALIZERS, "zscore_pooled_later")
+def zscore_pooled_later(returns: list[list[float]], eps: float) -> list[list[float]]:
+    """First turns as `zscore` (plain GRPO); later turns as `zscore_pooled`."""
+    first, pooled = zscore(returns, eps), zscore_pooled(returns, eps)
+    return [[f[0], *p[1:]] if f else [] for f, p in zip(first, pooled, strict=True)]
 
 
 @_register(NORMALIZERS, "mean_only")
