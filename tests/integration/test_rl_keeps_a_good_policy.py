@@ -36,6 +36,8 @@ def near_perfect(run_dir: Path, *extra: str) -> DemoConfig:
             "sft.sft.data.repair.mutations=[]",
             "sft.sft.data.prompt.system_template=system",
             "sft.sft.max_steps=100",
+            # no KL anchor: with one, no batch skips its step, and the skip is what this guards
+            "train.trainer.loss.kl_coef=0",
             "sft.sft.batch_size=6",
             "sft.optim.lr=2e-3",
             "sft.optim.schedule=constant",

@@ -213,6 +213,11 @@ def test_demo_plan_points_each_step_at_the_previous_one(tmp_path: Path) -> None:
     assert plan.sft.model.source == "pending" and plan.train.policy.source == "pending"
     assert plan.train.config.engine.model_path == final == plan.train.config.trainer.model.path
     assert plan.tiny_model == tmp_path / "demo" / "tiny-model"
+    # the KL anchor's reference is the SFT model the policy starts from (docs/benchmarks.md,
+    # "A KL anchor against forgetting": without it the SFT problems were forgotten)
+    loss, model = plan.train.config.trainer.loss, plan.train.config.trainer.model
+    assert loss.kl_coef == 0.5  # > 0: the trainer loads the reference model
+    assert model.reference_path is None and model.path == final
 
 
 def test_sft_plan_checks_the_builtin_problem_names(tmp_path: Path) -> None:

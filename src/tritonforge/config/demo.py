@@ -3,9 +3,9 @@
 Covers: `DemoConfig` (run dir, seed(s), threads, an `SFTRunConfig` and a `TrainRunConfig` whose
 defaults are tuned so that a laptop CPU finishes in minutes), `DEMO_PROBLEMS` and the demo's
 problem sets: SFT on the six elementwise built-in solutions, their `variants` "sft" spellings and
-judged repair episodes; RL on the "rl" spellings (prompts SFT never showed); the "heldout"
-spellings and the SFT problems measured before and after. Torch-free; imports nothing outside
-config/. Does not cover: running the demo (commands.demo).
+judged repair episodes; RL on the "rl" spellings (prompts SFT never showed), with a KL penalty to
+the SFT model against forgetting; the "heldout" spellings and the SFT problems measured before
+and after. Torch-free; imports nothing outside config/. Does not cover: running the demo (commands.demo).
 """
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ def default_train() -> TrainRunConfig:
     # the guard binds on the batch's correct answers only: with the SFT answers as anchors
     # (`anchor`, drift counted from the first step) every step after the first was undone
     cfg.trainer.rl.max_logprob_drop = 0.5
+    # KL to the SFT model on the RL samples: without it the SFT problems were forgotten
+    # (docs/benchmarks.md, "A KL anchor against forgetting")
+    cfg.trainer.loss.kl_coef = 0.5
     cfg.trainer.optim.lr = 6e-5
     cfg.buffer.group_size = 4
     cfg.evaluate.samples = 4
