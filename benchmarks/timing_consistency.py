@@ -180,7 +180,8 @@ def main() -> int:
         args.sections = args.sections.replace("service", "").replace(",,", ",")
     sections = [x for x in args.sections.split(",") if x]
     header = {"benchmark": "timing_consistency", "device": args.device,
-              "concurrency": args.concurrency}  # fmt: skip
+              "concurrency": args.concurrency,
+              "timing_clock": load_config(EvalSettings, None, args.set).timing_clock}  # fmt: skip
     out = bc.ResultFile(args.out, header)
     print(estimate(args, sections, out), file=sys.stderr, flush=True)
     from tritonforge.evaluation.judge.evaluator import Evaluator

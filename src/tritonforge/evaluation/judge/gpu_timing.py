@@ -5,7 +5,8 @@ device's trusted timing process loads the reference (ref_timer.py; shared access
 Then, with exclusive access of the device (device_gate.py: no correctness run, compile or judge
 work of ours on it meanwhile), rounds interleave the candidate's worker and the timing process,
 alternating which goes first (ABBA), both running the same timing code in the same kind of
-process (sandbox/timing_loop.py: L2 flush, CUDA-event device time floored by host time). The
+process (sandbox/timing_loop.py: L2 flush, CUDA-event device time of the call queued behind a
+device-side lead, floored by host time). The
 first trial of each side is dropped; speedups are ratios of medians with a 95% bootstrap
 interval. If the timing process dies, it is restarted and the candidate timed again once; a
 second death is a `judge_fault`. Every timed call of the candidate reports its launch signature
@@ -39,6 +40,7 @@ from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.ref_timer import ReferenceUnusable, RefTimer, TimerDied
 from tritonforge.evaluation.judge.reference import Case
 from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, device_peaks, stats
+from tritonforge.evaluation.sandbox.protocol import DEVICE_CLOCKS
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Status, Verdict
 
@@ -58,6 +60,7 @@ class Rounds:
     launches: list[int] = field(default_factory=list)
     signatures: list[str] = field(default_factory=list)  # every timed call's, first ones too
     clocks: set[str] = field(default_factory=set)
+    exposed: dict[str, int] = field(default_factory=dict)  # host-bound trials, by side
 
 
 def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
@@ -129,6 +132,9 @@ def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) 
                 getattr(out, side).extend(_floats(reply.get("times_ms"))[skip:])
                 getattr(out, f"{side}_host").extend(_floats(reply.get("host_ms"))[skip:])
                 out.clocks.add(str(reply.get("clock", "host")))
+                n = reply.get("exposed")
+                if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                    out.exposed[side] = out.exposed.get(side, 0) + n
     return out
 
 
@@ -170,16 +176,24 @@ def _floats(xs: Any) -> list[float]:
     return [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
 
 
+_SIDES = {"cand": "candidate", "base": "reference", "comp": "compiled reference"}
+
+
 def _fill(v: Verdict, r: Rounds, samples: int) -> None:
     """Timings, speedups and intervals; host times for every side unless all used events."""
-    events = r.clocks == {"cuda_events"} and len(r.cand_host) == len(r.cand)
+    events = len(r.clocks) == 1 and r.clocks <= DEVICE_CLOCKS and len(r.cand_host) == len(r.cand)
     cand, base, comp = (
         (r.cand, r.base, r.comp) if events else (r.cand_host, r.base_host, r.comp_host)
     )
     if not cand or not base:
         v.notes.append("timing produced no usable trials")
         return
-    v.timing_clock = "cuda_events" if events else "host"
+    v.timing_clock = next(iter(r.clocks)) if events else "host"
+    for side, n in sorted(r.exposed.items()):
+        v.notes.append(
+            f"timing: {n} timed call(s) of the {_SIDES[side]} outlasted the device lead "
+            "(host-bound: its launch gaps are counted)"
+        )
     v.runtime, v.ref_runtime = stats(cand, False), stats(base, False)
     if v.runtime.median_ms > 0:
         v.speedup = v.ref_runtime.median_ms / v.runtime.median_ms

@@ -3,7 +3,8 @@
 Covers: length-prefixed JSON messages over a Unix socket with file descriptors attached
 (SCM_RIGHTS); packing nested values (tensors, scalars, lists, tuples) into one sealed memfd and a
 JSON descriptor; unpacking them defensively (sizes, dtypes, counts all checked; nothing is ever
-unpickled). Does not cover: what the messages mean (see sandbox/worker.py and judge/evaluator.py).
+unpickled); the timing clocks a `time` message may name (CLOCKS). Does not cover: what the
+messages mean (see sandbox/worker.py and judge/evaluator.py).
 
 The judge never trusts what comes back: descriptors are validated against the fd's real size and
 tensors are copied out of the mapping before use.
@@ -21,6 +22,7 @@ import socket
 import struct
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,6 +32,24 @@ import torch
 _TB = torch._C.TensorBase
 _dtype_of = _TB.dtype.__get__
 _frombuffer = torch.frombuffer
+
+
+@dataclass(frozen=True)
+class Clock:
+    """A timing clock named in `time` messages (sandbox/timing_loop.py runs it): CUDA events
+    or host time; with events, whether the call is queued behind a device-side lead (host
+    launch time hidden)."""
+
+    events: bool
+    lead: bool
+
+
+CLOCKS: dict[str, Clock] = {
+    "cuda_events": Clock(events=True, lead=True),
+    "cuda_events_idle": Clock(events=True, lead=False),
+    "host": Clock(events=False, lead=False),
+}
+DEVICE_CLOCKS = frozenset(k for k, c in CLOCKS.items() if c.events)
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_FDS = 4
