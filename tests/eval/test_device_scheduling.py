@@ -29,6 +29,7 @@ from tritonforge.evaluation.judge.admission import evaluation_bytes
 from tritonforge.evaluation.judge.compare import compare_to_reference
 from tritonforge.evaluation.judge.device_gate import gate
 from tritonforge.evaluation.judge.evaluator import Evaluator
+from tritonforge.evaluation.sandbox import protocol
 from tritonforge.problems import load_suite
 from tritonforge.types import Problem, Status
 
@@ -207,6 +208,19 @@ def test_judge_oom_is_retried_alone_then_the_judges_fault(builtin, monkeypatch) 
     with Evaluator(_settings(time_on_cpu=False)) as ev:
         v = ev.evaluate(p, p.solution_src)
     assert v.status is Status.CORRECT and any("judged again alone" in n for n in v.notes)
+
+
+def test_judge_oom_while_copying_outputs_is_not_the_candidates(builtin, monkeypatch) -> None:
+    # The H200 run called two honest KernelBench norms `protocol_violation` reward hacks: the
+    # judge ran out of device memory copying their 8 GiB outputs, and the protocol's descriptor
+    # check took the OOM for a malformed descriptor.
+    p = builtin["relu"]
+    monkeypatch.setattr(protocol, "copy_windows", _oom)  # the judge's copy of the outputs
+    with Evaluator(_settings(time_on_cpu=False)) as ev:
+        v = ev.evaluate(p, p.solution_src)
+        assert ev.retries["judge_oom"] == 1
+    assert v.status is Status.JUDGE_FAULT and v.rule is None, (v.status, v.rule, v.message)
+    assert "8.00 GiB" in v.message
 
 
 def test_problem_that_cannot_fit_alone_is_resource_limit(builtin) -> None:

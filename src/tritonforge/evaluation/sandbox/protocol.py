@@ -378,6 +378,8 @@ def _unpack(
         raise ProtocolError("tensor descriptors claim more bytes than the shared buffer holds")
     try:
         tensors = [_tensor_from(meta, size, region, keep_strides, device) for meta in metas]
+    except torch.OutOfMemoryError:
+        raise  # the receiver's memory, not a bad descriptor (the judge's: a judge fault)
     except (TypeError, ValueError, OverflowError, RuntimeError) as exc:  # e.g. absurd shapes
         first = (str(exc).splitlines() or [""])[0]
         raise ProtocolError(f"bad tensor descriptor: {type(exc).__name__}: {first}"[:300]) from None
