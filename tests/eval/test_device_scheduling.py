@@ -221,6 +221,9 @@ def test_judge_oom_while_copying_outputs_is_not_the_candidates(builtin, monkeypa
         assert ev.retries["judge_oom"] == 1
     assert v.status is Status.JUDGE_FAULT and v.rule is None, (v.status, v.rule, v.message)
     assert "8.00 GiB" in v.message
+    # where the device's bytes were, for the next run to tell what filled it
+    note = next(n for n in v.notes if n.startswith("device memory after the first attempt"))
+    assert all(k in note for k in ("judge_case_cache", "timer_entries", "reserved_by_evaluations"))
 
 
 def test_problem_that_cannot_fit_alone_is_resource_limit(builtin) -> None:
