@@ -487,6 +487,10 @@ class Evaluator:
                 if stop.status is Status.NUMERICAL_MISMATCH and run.device != "cpu":
                     stop.message += tf32_hint(run.source, case.expected)
                 return stop
+            # one case at a time: this trial's inputs, expected and copied outputs go before the
+            # next case is built (admission counts one; at 8 GiB a side, keeping the last trial's
+            # through the timing filled the H200)
+            del case, outputs
         n = len(plan)
         v = Verdict(
             status=Status.CORRECT,

@@ -1,6 +1,7 @@
 """Timing a correct candidate against its reference, and the post-timing re-check.
 
-Covers: `time_candidate`. Before timing, the timing case and the re-check case are built and the
+Covers: `time_candidate`. Before timing, the timing case is built (the re-check's only once the
+timing case is released: one case at a time, as admission counts) and the
 device's trusted timing process loads the reference (ref_timer.py; shared access of the device).
 Then, with exclusive access of the device (device_gate.py: no correctness run, compile or judge
 work of ours on it meanwhile), rounds interleave the candidate's worker and the timing process,
@@ -71,7 +72,6 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
         "timing: %d rounds against the reference (device's timing process)", s.perf_rounds
     )
     case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
-    post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
     res = ev.resources(run.device)
     t = time.monotonic()
     rounds = None
@@ -87,7 +87,10 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
         raise Stop(_judge_fault("the reference timing process died twice; not timed"))
     run.phases["timing"] = time.monotonic() - t
     _fill(v, rounds, s.bootstrap_samples)
-    _recheck(ev, run, v, case, post, rounds)
+    nbytes = case_bytes(case)
+    del case  # one case at a time (admission counts one): the re-check's is built after
+    post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
+    _recheck(ev, run, v, post, nbytes, rounds)
 
 
 def _judge_fault(message: str) -> Verdict:
@@ -204,7 +207,13 @@ def _fill(v: Verdict, r: Rounds, samples: int) -> None:
         v.speedup_vs_compile_ci = bootstrap_ratio_ci(comp, cand, samples)
 
 
-def _recheck(ev: Any, run: CandidateRun, v: Verdict, case: Case, post: Case, r: Rounds) -> None:
+def case_bytes(case: Case) -> int:
+    """Bytes of a case's inputs and expected outputs (the roofline's traffic)."""
+    inputs = sum(x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor))
+    return inputs + output_bytes(case.expected)
+
+
+def _recheck(ev: Any, run: CandidateRun, v: Verdict, post: Case, nbytes: int, r: Rounds) -> None:
     """The candidate may have changed state during timing: check it once more on fresh inputs,
     fully audited, with the same rules as a correctness trial, then the timing rules."""
     problem, s = run.problem, run.settings
@@ -222,9 +231,6 @@ def _recheck(ev: Any, run: CandidateRun, v: Verdict, case: Case, post: Case, r: 
     outputs = run.outputs(reply, fds)
     with judge_device(run.device):
         status, mm, why = compare_to_reference(post, outputs, s, problem)
-    nbytes = sum(
-        x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
-    ) + output_bytes(case.expected)
     peaks = device_peaks(run.device) if run.device.startswith("cuda") else None
     facts = reply.get("facts") or {}
     reclassify(reply["audit"])
