@@ -8,6 +8,7 @@ Does not cover: the lead on a real device (tests/gpu/test_timing_lead_gpu.py).
 
 from __future__ import annotations
 
+import gc
 from typing import get_args
 
 import torch
@@ -62,3 +63,47 @@ def test_host_bound_trials_are_noted_per_side() -> None:
     _fill(v, _rounds({"cuda_events"}, cand=3, base=1), 200)
     assert any("3 timed call(s) of the candidate outlasted" in n for n in v.notes), v.notes
     assert any("1 timed call(s) of the reference outlasted" in n for n in v.notes), v.notes
+
+
+class _Cycle:
+    """Cyclic garbage with a finalizer: what a candidate can leave behind to get code run at
+    the collector's next pass (no `gc` import needed)."""
+
+    def __init__(self, fired: list[str]) -> None:
+        self.me, self.fired = self, fired
+
+    def __del__(self) -> None:
+        self.fired.append("finalizer")
+
+
+def test_no_finalizer_of_a_call_runs_between_calls() -> None:
+    """The collector is off during the loop, and off again after every call even when the
+    call turned it back on: a finalizer never runs in the loop's own code (in the device lead,
+    before the start event, between trials), where its device work would not be timed."""
+    fired: list[str] = []
+    x = torch.ones(8)
+
+    def call(a: torch.Tensor) -> torch.Tensor:
+        fired.append("in" if not gc.isenabled() else "in, collector on")
+        for _ in range(50):
+            _Cycle(fired)
+        gc.enable()  # a candidate that reached gc turns the collector back on
+        torch.relu(a)  # (a collection may run in its own call: that is timed)
+        fired.append("out")
+        return torch.relu(a)
+
+    old = gc.get_threshold()
+    gc.set_threshold(1)  # the collector would otherwise run at almost every allocation
+    try:
+        assert gc.isenabled()
+        t = run_trials(call, [x], 3, 6, "cuda_events", None, lambda: None)
+        assert gc.isenabled() and len(t.times) == 6  # restored afterwards
+    finally:
+        gc.set_threshold(*old)
+    assert fired.count("in") == 9  # off at every call's entry
+    depth = 0
+    for what in fired:
+        depth += {"in": 1, "out": -1}.get(what, 0)
+        assert depth == 1 or what != "finalizer", fired  # only ever inside a call
+    gc.collect()
+    assert fired.count("finalizer") == 9 * 50

@@ -16,9 +16,15 @@ two CUDA events and host timer reads, device-wide synchronize) under a clock of 
   includes the host's launch latency of the call's first kernel, which varies between processes
   and with CPU load (the earlier default, kept for comparison).
 - `host`: the host time around the device-wide synchronize (the only clock on the CPU).
-Event, sleep and timer functions, and the flush's `zero_`, are captured when this module is
-imported, in the fork server, before any candidate code exists (the flush runs with torch
-functions and Python dispatch disabled: sealed.guard).
+Event, stream, sleep and timer functions, and the flush's `zero_`, are captured when this module
+is imported, in the fork server, before any candidate code exists (the flush runs with torch
+functions and Python dispatch disabled: sealed.guard). Events are recorded on a stream got from
+C (`_here`), never through `torch.cuda.Event.record`'s own lookup of `torch.cuda.current_stream`
+(module globals a candidate can rebind: it would run its own code between the lead and the
+start event, where its device work counts as lead and is subtracted from the host time).
+Python's cyclic garbage collector is off during calibration and trials (`_no_gc`): a
+candidate's finalizer (`__del__` of a reference cycle) would otherwise run inside the loop, in
+the lead or between trials, outside the timed call.
 Every call, warmup or timed, on either side, is a light audited call (audit.begin_call, launches
 counted and recorded outside the timer): for a candidate, each timed call's outputs must be
 plain tensors and its launch signature goes back to the judge (`launch_mismatch` when it differs
@@ -30,11 +36,13 @@ interleaving schedule and statistics (judge/gpu_timing.py, judge/timing.py).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,12 +62,18 @@ MAX_POOL = 256  # bound on the streams of one priority's pool (c10 has 32)
 
 
 _EVENT = torch.cuda.Event
-_RECORD = torch.cuda.Event.record
 _ELAPSED = torch.cuda.Event.elapsed_time
-_EVENT_WAIT = getattr(torch._C._CudaEventBase, "wait", None)  # (event, stream); CUDA builds
-_SLEEP = getattr(torch._C, "_cuda_sleep", None)  # CUDA builds only
+# C functions only (CUDA builds; None on the CPU): nothing in them looks up a Python global
+_EVENT_RECORD = getattr(torch._C._CudaEventBase, "record", None)  # (event, stream)
+_EVENT_WAIT = getattr(torch._C._CudaEventBase, "wait", None)  # (event, stream)
+_SLEEP = getattr(torch._C, "_cuda_sleep", None)
+_CURRENT = getattr(torch._C, "_cuda_getCurrentStream", None)  # device -> (id, device, type)
+_DEFAULT = getattr(torch._C, "_cuda_getDefaultStream", None)
+_DEVICE = getattr(torch._C, "_cuda_getDevice", None)
+_STREAM_BASE = torch._C._CudaStreamBase
 _STREAM = torch.cuda.Stream
-_DEFAULT_STREAM = torch.cuda.default_stream
+_GC_OFF, _GC_ON, _GC_ENABLED = gc.disable, gc.enable, gc.isenabled
+_NO_GRAD = torch.no_grad
 _PERF_NS = time.perf_counter_ns
 _ZERO = sealed.CAP.zero_
 _OVERHEAD: dict[bool, float] = {}
@@ -68,6 +82,32 @@ _CAL: dict[str, Any] = {}
 
 def _nothing(*args: Any) -> None:
     return None
+
+
+def _stream_of(ids: tuple[int, int, int]) -> Any:
+    return _STREAM_BASE(stream_id=ids[0], device_index=ids[1], device_type=ids[2])
+
+
+def _here() -> Any:
+    """The current stream of the current device, from C."""
+    return _stream_of(_CURRENT(_DEVICE()))
+
+
+def _RECORD(event: Any) -> None:
+    """Record `event` on the current stream (see the module docstring: no Python lookups)."""
+    _EVENT_RECORD(event, _here())
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Cyclic GC off (and off again before every trial: `_one`), restored afterwards."""
+    was = _GC_ENABLED()
+    _GC_OFF()
+    try:
+        yield
+    finally:
+        if was:
+            _GC_ON()
 
 
 def host_overhead_ms(sync: Callable[[], None], lead: bool) -> float:
@@ -113,7 +153,7 @@ def _streams() -> list[Any]:
                     break
                 first = s.stream_id if first is None else first
                 found[s.stream_id] = s
-        default = _DEFAULT_STREAM()
+        default = _stream_of(_DEFAULT(_DEVICE()))
         found[default.stream_id] = default
         _CAL["streams"] = list(found.values())
     return list(_CAL["streams"])
@@ -154,6 +194,7 @@ def _one(
     """One trial. With a lead, our own work before the call (the audit's begin) overlaps the
     lead too. `around[1]` gets the call's outputs after the timer (the output is released after
     that, outside the timed region, on both sides)."""
+    _GC_OFF()  # and again after each call: a candidate may turn it back on (gc reached)
     if flush is not None:
         with sealed.guard():
             _ZERO(flush)
@@ -174,6 +215,7 @@ def _one(
             _RECORD(start)
     out = fn(*inputs)
     t_ret = _PERF_NS()
+    _GC_OFF()
     if events:
         _RECORD(end)
     sync()  # device-wide: work left on side streams is waited for
@@ -215,17 +257,35 @@ def run_trials(
     events = c.events and torch.cuda.is_initialized()
     lead = events and c.lead and _SLEEP is not None and _EVENT_WAIT is not None
     name = clock if events and lead == c.lead else ("cuda_events_idle" if events else "host")
+    with _no_gc():
+        return _run(fn, inputs, (warmup, trials), name, lead, flush, sync, around)
+
+
+def _run(
+    fn: Callable[..., Any],
+    inputs: list[Any],
+    counts: tuple[int, int],
+    name: str,
+    lead: bool,
+    flush: torch.Tensor | None,
+    sync: Callable[[], None],
+    around: Around,
+) -> Timed:
+    """`run_trials` under clock `name` (the one actually used), the collector off."""
+    warmup, trials = counts
+    events = name != "host"
     if lead:
         _prepare_lead(sync)
     overhead = host_overhead_ms(sync, lead) if events else 0.0
     out = Timed([], [], name)
-    with torch.no_grad():
+    with _NO_GRAD():
         enqueue = []
         for _ in range(warmup):
             around[0]()
             t = _PERF_NS()
             result = fn(*inputs)
             enqueue.append((_PERF_NS() - t) / 1e6)
+            _GC_OFF()
             around[1](result, False)
         sync()
         if lead:  # the first warmup call compiles; later ones show the steady launch cost
