@@ -12,13 +12,13 @@ import torch
 
 from tritonforge.evaluation.judge.admission import GIB, JudgeOutOfMemory
 from tritonforge.evaluation.judge.candidate import failure_verdict, judge_oom_verdict, oom_figures
+from tritonforge.evaluation.sandbox import protocol
 from tritonforge.evaluation.sandbox.classify import (
     classify_exception,
     is_device_oom,
     memory_facts,
     requested_bytes,
 )
-from tritonforge.evaluation.sandbox import protocol
 from tritonforge.evaluation.sandbox.protocol import Reader, pack, send_msg
 from tritonforge.evaluation.sandbox.worker import Worker
 from tritonforge.types import Status
