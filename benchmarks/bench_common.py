@@ -30,10 +30,33 @@ from tritonforge.types import Problem, Verdict  # noqa: E402
 GIB = 1 << 30
 
 
+def add_retry_arg(ap: Any) -> None:
+    ap.add_argument(
+        "--retry", default="", metavar="STATUS[,STATUS]",
+        help="judge again the rows of an earlier call with these statuses (e.g. judge_fault; "
+        "STATUS@KEY_PREFIX narrows one, e.g. reward_hack@hybrid:)",
+    )  # fmt: skip
+
+
+def retry_statuses(args: Any) -> frozenset[str]:
+    return frozenset(x for x in str(args.retry).split(",") if x)
+
+
+def _retried(row: dict[str, Any], retry: frozenset[str]) -> bool:
+    """Whether `row` is to be judged again: an entry STATUS, or STATUS@KEY_PREFIX."""
+    for entry in retry:
+        status, _, prefix = entry.partition("@")
+        if row.get("status") == status and str(row.get("key", "")).startswith(prefix):
+            return True
+    return False
+
+
 class ResultFile:
     """A JSON document with `rows` (each with a unique `key`) rewritten after every row."""
 
-    def __init__(self, path: Path, header: dict[str, Any]):
+    def __init__(self, path: Path, header: dict[str, Any], retry: frozenset[str] = frozenset()):
+        """`retry`: statuses whose rows of an earlier call are dropped, to be judged again (e.g.
+        `judge_fault`: the evaluator's failure, not the candidate's); `retried` counts them."""
         self.path = path
         self.lock = threading.Lock()
         self.doc: dict[str, Any] = {**header, "rows": [], "sessions": []}
@@ -43,6 +66,9 @@ class ResultFile:
             self.doc["sessions"] = old.get("sessions", [])
             for k, v in old.items():
                 self.doc.setdefault(k, v)
+        again = [r for r in self.doc["rows"] if _retried(r, retry)]
+        self.doc["rows"] = [r for r in self.doc["rows"] if not _retried(r, retry)]
+        self.doc["retried"] = self.doc.get("retried", 0) + len(again)
         self.session = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": 0.0, "rows": 0}
         self.doc["sessions"].append(self.session)
         self.t0 = time.monotonic()

@@ -114,6 +114,7 @@ def main() -> int:
     ap.add_argument("--time-box", type=float, default=510.0, help="start nothing after (s)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    bc.add_retry_arg(ap)
     ap.add_argument("--quick", action="store_true", help="CPU check: scaled, 2 per level, untimed")
     args = ap.parse_args()
     if args.quick:
@@ -124,7 +125,7 @@ def main() -> int:
     problems = bc.kernelbench(levels, args.limit, args.size)
     header = {"benchmark": "kernelbench_self", "device": args.device, "size": args.size,
               "workers": args.workers, "levels": levels}  # fmt: skip
-    out = bc.ResultFile(args.out, header)
+    out = bc.ResultFile(args.out, header, bc.retry_statuses(args))
     done = out.done()
     todo = [
         (f"{variant}:{p.id}", p, self_candidate(p.reference_src, decoy=variant != "hybrid"))

@@ -171,6 +171,7 @@ def main() -> int:
     ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--time-box", type=float, default=510.0, help="start nothing after (s)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    bc.add_retry_arg(ap)
     ap.add_argument("--quick", action="store_true", help="CPU check: few, small, no service")
     args = ap.parse_args()
     if args.quick:
@@ -180,8 +181,9 @@ def main() -> int:
         args.sections = args.sections.replace("service", "").replace(",,", ",")
     sections = [x for x in args.sections.split(",") if x]
     header = {"benchmark": "timing_consistency", "device": args.device,
-              "concurrency": args.concurrency}  # fmt: skip
-    out = bc.ResultFile(args.out, header)
+              "concurrency": args.concurrency,
+              "timing_clock": load_config(EvalSettings, None, args.set).timing_clock}  # fmt: skip
+    out = bc.ResultFile(args.out, header, bc.retry_statuses(args))
     print(estimate(args, sections, out), file=sys.stderr, flush=True)
     from tritonforge.evaluation.judge.evaluator import Evaluator
 

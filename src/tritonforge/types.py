@@ -193,7 +193,9 @@ class Verdict(Record):
     )
     speedup_vs_compile_ci: list[float] | None = None
     timing_clock: str | None = Field(
-        None, description="'cuda_events' (device time, floored by host time) or 'host'."
+        None,
+        description="'cuda_events' (device time of the call queued behind a lead, floored by "
+        "host time), 'cuda_events_idle' (device time around an idle stream) or 'host'.",
     )
     audit: Audit | None = None
     reference_nondeterministic: bool = Field(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -25,10 +26,12 @@ import torch
 
 import helpers.hack_corpus as hc
 from tritonforge.evaluation.judge import evaluator as evaluator_module
+from tritonforge.evaluation.judge import gpu_timing
 from tritonforge.evaluation.judge.admission import evaluation_bytes
 from tritonforge.evaluation.judge.compare import compare_to_reference
 from tritonforge.evaluation.judge.device_gate import gate
 from tritonforge.evaluation.judge.evaluator import Evaluator
+from tritonforge.evaluation.sandbox import protocol
 from tritonforge.problems import load_suite
 from tritonforge.types import Problem, Status
 
@@ -207,6 +210,54 @@ def test_judge_oom_is_retried_alone_then_the_judges_fault(builtin, monkeypatch) 
     with Evaluator(_settings(time_on_cpu=False)) as ev:
         v = ev.evaluate(p, p.solution_src)
     assert v.status is Status.CORRECT and any("judged again alone" in n for n in v.notes)
+
+
+def test_judge_oom_while_copying_outputs_is_not_the_candidates(builtin, monkeypatch) -> None:
+    # The H200 run called two honest KernelBench norms `protocol_violation` reward hacks: the
+    # judge ran out of device memory copying their 8 GiB outputs, and the protocol's descriptor
+    # check took the OOM for a malformed descriptor.
+    p = builtin["relu"]
+    monkeypatch.setattr(protocol, "copy_windows", _oom)  # the judge's copy of the outputs
+    with Evaluator(_settings(time_on_cpu=False)) as ev:
+        v = ev.evaluate(p, p.solution_src)
+        assert ev.retries["judge_oom"] == 1
+    assert v.status is Status.JUDGE_FAULT and v.rule is None, (v.status, v.rule, v.message)
+    assert "8.00 GiB" in v.message
+    # where the device's bytes were, for the next run to tell what filled it
+    note = next(n for n in v.notes if n.startswith("device memory after the first attempt"))
+    assert all(k in note for k in ("judge_case_cache", "timer_entries", "reserved_by_evaluations"))
+
+
+def test_the_judge_holds_one_case_at_a_time(builtin, monkeypatch) -> None:
+    # Admission counts one case (inputs, packed copy, expected outputs) per evaluation. The H200
+    # run held three at once during the re-check (the last correctness trial's, the timing
+    # case and the re-check's): 72.6 GiB in the judge for an 8 GiB-a-side problem, then OOM.
+    p = builtin["relu"]
+    built: list[weakref.ref] = []
+    held: list[int] = []
+    with Evaluator(_settings()) as ev:
+        ev.refs.max_bytes = 1  # the case cache keeps only the newest case
+        real_case = ev.refs.case
+
+        def case(*args, **kwargs):
+            c = real_case(*args, **kwargs)
+            built.append(weakref.ref(c))
+            return c
+
+        def compare(*args, **kwargs):  # what the judge holds outside its cache, at each compare
+            cached = {id(c) for c in ev.refs._cases.values()}
+            alive = [c for c in (w() for w in built) if c is not None and id(c) not in cached]
+            held.append(len(alive))
+            del alive
+            return compare_to_reference(*args, **kwargs)
+
+        monkeypatch.setattr(ev.refs, "case", case)
+        monkeypatch.setattr(evaluator_module, "compare_to_reference", compare)
+        monkeypatch.setattr(gpu_timing, "compare_to_reference", compare)
+        v = ev.evaluate(p, p.solution_src)
+    assert v.status is Status.CORRECT and v.speedup is not None, v.message
+    assert len(held) == v.trials_total + 1  # every trial and the re-check after the timing
+    assert max(held) == 0, held  # nothing beyond the case in use (the cache's newest)
 
 
 def test_problem_that_cannot_fit_alone_is_resource_limit(builtin) -> None:

@@ -74,3 +74,23 @@ def test_rounded_median_stays_within_its_percentiles() -> None:
         med = round(statistics.median(xs), 4)
         assert bc.percentile(xs, 0.05, 4) <= med <= bc.percentile(xs, 0.95, 4)
     assert bc.percentile([], 0.5, 4) is None
+
+
+def test_retry_drops_only_the_named_rows(tmp_path: Path) -> None:
+    """`--retry STATUS[@KEY_PREFIX]`: those rows of an earlier call are judged again, the rest
+    kept (a resumed run re-judges what the evaluator got wrong, not the decoys)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_common as bc
+
+    path = tmp_path / "r.json"
+    rows = [
+        {"key": "hybrid:a", "status": "reward_hack"},
+        {"key": "strict_decoy:a", "status": "reward_hack"},
+        {"key": "hybrid:b", "status": "judge_fault"},
+        {"key": "hybrid:c", "status": "correct"},
+    ]
+    path.write_text(json.dumps({"rows": rows, "sessions": []}))
+    out = bc.ResultFile(path, {}, frozenset({"reward_hack@hybrid:", "judge_fault"}))
+    assert out.done() == {"strict_decoy:a", "hybrid:c"} and out.doc["retried"] == 2
+    again = bc.ResultFile(path, {}, frozenset())  # nothing saved yet: the file is unchanged
+    assert len(again.done()) == 4 and again.doc["retried"] == 0

@@ -12,6 +12,7 @@ import torch
 
 from tritonforge.evaluation.judge.admission import GIB, JudgeOutOfMemory
 from tritonforge.evaluation.judge.candidate import failure_verdict, judge_oom_verdict, oom_figures
+from tritonforge.evaluation.sandbox import protocol
 from tritonforge.evaluation.sandbox.classify import (
     classify_exception,
     is_device_oom,
@@ -102,8 +103,8 @@ def _no_memory(*args, **kwargs):
 
 
 def test_worker_answers_an_oom_in_its_own_code(monkeypatch) -> None:
-    # Regression: the worker's own clone of the inputs (the mutation check) runs outside the
-    # candidate's guarded call; an OOM there ended the worker (exit 70, `crash`) on the H200.
+    # Regression: the worker's own copy of the inputs runs outside the candidate's guarded call;
+    # an OOM there ended the worker (exit 70, `crash`) on the H200.
     judge, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     w = Worker(child, {}, report=None)
     w.model = torch.nn.ReLU()
@@ -111,7 +112,7 @@ def test_worker_answers_an_oom_in_its_own_code(monkeypatch) -> None:
     send_msg(judge, {"op": "run", "inputs": desc}, [fd])
     os.close(fd)
     send_msg(judge, {"op": "exit"})
-    monkeypatch.setattr(torch.Tensor, "clone", _no_memory)
+    monkeypatch.setattr(protocol, "copy_windows", _no_memory)  # unpacking the inputs
     assert w.loop() == 0  # answered, and still serving
     monkeypatch.undo()
     reader = Reader(judge)

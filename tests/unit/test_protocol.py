@@ -3,7 +3,8 @@
 Covers: pack/unpack round trips (every supported dtype incl. bf16/bool/int64/complex64, 0-d,
 empty, non-contiguous with and without keep_strides, nested lists/tuples with scalars), the
 sealed memfd (no write, resize or writable shared mapping), unpacking straight to a device
-(meta on CPU; every dtype on a GPU with the `gpu` marker), malformed descriptors and trees
+(meta on CPU; every dtype on a GPU with the `gpu` marker), unpacking a window at a time (only a
+window of the memfd stays resident), malformed descriptors and trees
 rejected with ProtocolError (offset beyond size, wrong nbytes, bad dtype, bad geometry, too
 deep, too many tensors, bad indices), what pack refuses, and framed messages over a socket pair
 (fds attached, deadlines, closed peers, oversized or invalid frames).
@@ -22,6 +23,7 @@ import time
 import pytest
 import torch
 
+from tritonforge.evaluation.sandbox import protocol
 from tritonforge.evaluation.sandbox.protocol import (
     DTYPES,
     MAX_DEPTH,
@@ -30,6 +32,7 @@ from tritonforge.evaluation.sandbox.protocol import (
     PeerClosed,
     ProtocolError,
     Reader,
+    copy_windows,
     flatten_tensors,
     map_tensors,
     pack,
@@ -358,3 +361,44 @@ def test_unsolicited_bytes_are_visible(pair) -> None:
     reader = Reader(b)
     reader.recv(time.monotonic() + 5)
     assert reader.pending()  # the judge uses this to flag injected frames
+
+
+def _rss_shmem_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssShmem:"):
+                return int(line.split()[1])
+    pytest.skip("no RssShmem in /proc/self/status")
+
+
+def test_windowed_copy_leaves_only_a_window_of_the_memfd_resident() -> None:
+    # A 16 GiB KernelBench input copied to the device in one piece made the timing process
+    # resident in all of it, and the resident-memory watchdog killed it (twice: judge_fault).
+    n = 96 << 20
+    x = torch.arange(n // 4, dtype=torch.int32)
+    desc, fd = pack([x])
+    try:
+        with mmap.mmap(fd, desc["size"], mmap.MAP_SHARED, mmap.PROT_READ) as mm:
+            before = _rss_shmem_kb()
+            dest = torch.empty(n, dtype=torch.uint8)
+            copy_windows(mm, desc["tensors"][0]["offset"], dest, window=8 << 20)
+            windowed = _rss_shmem_kb() - before
+            bytes(mm[: len(mm)])  # what one whole-buffer read leaves resident
+            whole = _rss_shmem_kb() - before
+    finally:
+        os.close(fd)
+    assert torch.equal(dest.view(torch.int32), x)
+    assert whole >= 80 << 10, whole  # the mechanism is observable on this kernel
+    assert windowed <= 16 << 10, windowed
+
+
+def test_unpack_in_many_windows_is_exact(monkeypatch) -> None:
+    monkeypatch.setattr(protocol, "COPY_WINDOW_BYTES", 4096 + 8)  # windows not page-aligned
+    value = [torch.randn(3000), torch.arange(5000, dtype=torch.int64).reshape(50, 100).t()]
+    desc, fd = pack(value)
+    try:
+        out = unpack(desc, fd, keep_strides=True)
+    finally:
+        os.close(fd)
+    assert all(torch.equal(a, b) for a, b in zip(out, value))
+    assert out[1].stride() == value[1].stride()

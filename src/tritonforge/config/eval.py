@@ -101,10 +101,12 @@ class EvalSettings(Section):
         description="also time torch.compile(reference) (compiled once per problem in the "
         "device's timing process; speedup_vs_compile is null without it)",
     )
-    timing_clock: Literal["cuda_events", "host"] = Field(
+    timing_clock: Literal["cuda_events", "cuda_events_idle", "host"] = Field(
         "cuda_events",
-        description="cuda_events: device time between CUDA events, floored by host time less "
-        "the fixed sync latency (side-stream work still counts); host: host time around a "
+        description="cuda_events: device time between CUDA events, the call queued behind a "
+        "device-side lead so host launch time is hidden, floored by host time less the fixed "
+        "sync latency (side-stream work still counts); cuda_events_idle: the same events around "
+        "an idle stream (includes the first launch's host latency); host: host time around a "
         "device-wide synchronize",
     )
     bootstrap_samples: int = Field(

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge.admission import DoesNotFit, JudgeOutOfMemory
+from tritonforge.evaluation.judge.admission import DoesNotFit, JudgeOutOfMemory, gib
 from tritonforge.evaluation.judge.candidate import (
     CandidateRun,
     Stop,
@@ -133,6 +133,16 @@ class Evaluator:
             devices = dict(self._devices)
         return {name: res.stats() for name, res in devices.items()}
 
+    def memory_note(self) -> str:
+        """Where each device's bytes are now (judge allocator, caches, timing process,
+        reservations, free), for the notes of a verdict that met an out-of-memory error."""
+        with self._lock:
+            devices = dict(self._devices)
+        return "; ".join(
+            f"{name}: " + ", ".join(f"{k} {gib(v)}" for k, v in res.memory().items())
+            for name, res in devices.items()
+        )
+
     def close(self) -> None:
         with self._lock:
             devices, self._devices = list(self._devices.values()), {}
@@ -161,10 +171,17 @@ class Evaluator:
         t0 = time.monotonic()
         verdict, retry = self._attempt(problem, source, s, alone=False)
         if retry is not None:  # out of device memory with others on the device: once, alone
+            memory = self.memory_note()
             self.retries[retry] += 1
             first = verdict.message.splitlines()[0][:300] if verdict.message else retry
             verdict, _ = self._attempt(problem, source, s, alone=True)
             verdict.notes.append(f"judged again alone on the device after: {first}")
+            verdict.notes += [f"device memory after the first attempt: {memory}"] if memory else []
+        if "out of device memory" in (verdict.message or "") and not any(
+            n.startswith("device memory") for n in verdict.notes
+        ):
+            memory = self.memory_note()
+            verdict.notes += [f"device memory after the attempt: {memory}"] if memory else []
         elif verdict.status is Status.JUDGE_FAULT and "too busy" in verdict.message:
             first = verdict.message  # the machine starved the worker (budget.py): once more
             verdict, _ = self._attempt(problem, source, s, alone=False)
@@ -470,6 +487,10 @@ class Evaluator:
                 if stop.status is Status.NUMERICAL_MISMATCH and run.device != "cpu":
                     stop.message += tf32_hint(run.source, case.expected)
                 return stop
+            # one case at a time: this trial's inputs, expected and copied outputs go before the
+            # next case is built (admission counts one; at 8 GiB a side, keeping the last trial's
+            # through the timing filled the H200)
+            del case, outputs
         n = len(plan)
         v = Verdict(
             status=Status.CORRECT,

@@ -1,11 +1,13 @@
 """Timing a correct candidate against its reference, and the post-timing re-check.
 
-Covers: `time_candidate`. Before timing, the timing case and the re-check case are built and the
+Covers: `time_candidate`. Before timing, the timing case is built (the re-check's only once the
+timing case is released: one case at a time, as admission counts) and the
 device's trusted timing process loads the reference (ref_timer.py; shared access of the device).
 Then, with exclusive access of the device (device_gate.py: no correctness run, compile or judge
 work of ours on it meanwhile), rounds interleave the candidate's worker and the timing process,
 alternating which goes first (ABBA), both running the same timing code in the same kind of
-process (sandbox/timing_loop.py: L2 flush, CUDA-event device time floored by host time). The
+process (sandbox/timing_loop.py: L2 flush, CUDA-event device time of the call queued behind a
+device-side lead, floored by host time). The
 first trial of each side is dropped; speedups are ratios of medians with a 95% bootstrap
 interval. If the timing process dies, it is restarted and the candidate timed again once; a
 second death is a `judge_fault`. Every timed call of the candidate reports its launch signature
@@ -39,6 +41,7 @@ from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.ref_timer import ReferenceUnusable, RefTimer, TimerDied
 from tritonforge.evaluation.judge.reference import Case
 from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, device_peaks, stats
+from tritonforge.evaluation.sandbox.protocol import DEVICE_CLOCKS
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Status, Verdict
 
@@ -58,6 +61,7 @@ class Rounds:
     launches: list[int] = field(default_factory=list)
     signatures: list[str] = field(default_factory=list)  # every timed call's, first ones too
     clocks: set[str] = field(default_factory=set)
+    exposed: dict[str, int] = field(default_factory=dict)  # host-bound trials, by side
 
 
 def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
@@ -68,7 +72,6 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
         "timing: %d rounds against the reference (device's timing process)", s.perf_rounds
     )
     case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
-    post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
     res = ev.resources(run.device)
     t = time.monotonic()
     rounds = None
@@ -84,7 +87,10 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
         raise Stop(_judge_fault("the reference timing process died twice; not timed"))
     run.phases["timing"] = time.monotonic() - t
     _fill(v, rounds, s.bootstrap_samples)
-    _recheck(ev, run, v, case, post, rounds)
+    nbytes = case_bytes(case)
+    del case  # one case at a time (admission counts one): the re-check's is built after
+    post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
+    _recheck(ev, run, v, post, nbytes, rounds)
 
 
 def _judge_fault(message: str) -> Verdict:
@@ -129,6 +135,9 @@ def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) 
                 getattr(out, side).extend(_floats(reply.get("times_ms"))[skip:])
                 getattr(out, f"{side}_host").extend(_floats(reply.get("host_ms"))[skip:])
                 out.clocks.add(str(reply.get("clock", "host")))
+                n = reply.get("exposed")
+                if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                    out.exposed[side] = out.exposed.get(side, 0) + n
     return out
 
 
@@ -170,16 +179,24 @@ def _floats(xs: Any) -> list[float]:
     return [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
 
 
+_SIDES = {"cand": "candidate", "base": "reference", "comp": "compiled reference"}
+
+
 def _fill(v: Verdict, r: Rounds, samples: int) -> None:
     """Timings, speedups and intervals; host times for every side unless all used events."""
-    events = r.clocks == {"cuda_events"} and len(r.cand_host) == len(r.cand)
+    events = len(r.clocks) == 1 and r.clocks <= DEVICE_CLOCKS and len(r.cand_host) == len(r.cand)
     cand, base, comp = (
         (r.cand, r.base, r.comp) if events else (r.cand_host, r.base_host, r.comp_host)
     )
     if not cand or not base:
         v.notes.append("timing produced no usable trials")
         return
-    v.timing_clock = "cuda_events" if events else "host"
+    v.timing_clock = next(iter(r.clocks)) if events else "host"
+    for side, n in sorted(r.exposed.items()):
+        v.notes.append(
+            f"timing: {n} timed call(s) of the {_SIDES[side]} outlasted the device lead "
+            "(host-bound: its launch gaps are counted)"
+        )
     v.runtime, v.ref_runtime = stats(cand, False), stats(base, False)
     if v.runtime.median_ms > 0:
         v.speedup = v.ref_runtime.median_ms / v.runtime.median_ms
@@ -190,7 +207,13 @@ def _fill(v: Verdict, r: Rounds, samples: int) -> None:
         v.speedup_vs_compile_ci = bootstrap_ratio_ci(comp, cand, samples)
 
 
-def _recheck(ev: Any, run: CandidateRun, v: Verdict, case: Case, post: Case, r: Rounds) -> None:
+def case_bytes(case: Case) -> int:
+    """Bytes of a case's inputs and expected outputs (the roofline's traffic)."""
+    inputs = sum(x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor))
+    return inputs + output_bytes(case.expected)
+
+
+def _recheck(ev: Any, run: CandidateRun, v: Verdict, post: Case, nbytes: int, r: Rounds) -> None:
     """The candidate may have changed state during timing: check it once more on fresh inputs,
     fully audited, with the same rules as a correctness trial, then the timing rules."""
     problem, s = run.problem, run.settings
@@ -208,9 +231,6 @@ def _recheck(ev: Any, run: CandidateRun, v: Verdict, case: Case, post: Case, r: 
     outputs = run.outputs(reply, fds)
     with judge_device(run.device):
         status, mm, why = compare_to_reference(post, outputs, s, problem)
-    nbytes = sum(
-        x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor)
-    ) + output_bytes(case.expected)
     peaks = device_peaks(run.device) if run.device.startswith("cuda") else None
     facts = reply.get("facts") or {}
     reclassify(reply["audit"])

@@ -148,6 +148,23 @@ class DeviceResources:
         pid = self.timer.pid
         return frozenset() if pid is None else frozenset({pid})
 
+    def memory(self) -> dict[str, int]:
+        """Where the device's bytes are now, as the judge sees them (out-of-memory notes)."""
+        out = {
+            "budget": self.budget.capacity,
+            "reserved_by_evaluations": self.budget.reserved,
+            "pinned": self.pinned(),
+            "judge_case_cache": self.refs.case_bytes(self.device),
+            "judge_models": self.refs.model_bytes(self.device),
+            "timer_entries": self.timer.entry_bytes(),
+        }
+        if self.device.startswith("cuda") and torch.cuda.is_initialized():
+            d = torch.device(self.device)
+            out["judge_allocated"] = torch.cuda.memory_allocated(d)
+            out["judge_reserved"] = torch.cuda.memory_reserved(d)
+            out["device_free"], out["device_total"] = torch.cuda.mem_get_info(d)
+        return out
+
     def stats(self) -> dict[str, Any]:
         return {
             "capacity": self.budget.capacity,

@@ -164,6 +164,12 @@ def _capture() -> None:
         (torch.cuda, "synchronize"),
         (torch.cuda, "Event"),
         (torch.cuda, "Stream"),
+        # what torch.cuda.Event.record/wait look up at call time (timing_loop no longer does)
+        (torch.cuda, "current_stream"),
+        (torch.cuda, "default_stream"),
+        (torch.cuda, "_lazy_init"),
+        (torch.cuda, "_get_device_index"),
+        (torch.cuda, "is_initialized"),
         (triton.testing, "do_bench"),
         (torch.autograd.profiler, "record_function"),
         (torch.autograd.profiler, "profile"),

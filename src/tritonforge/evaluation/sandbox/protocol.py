@@ -3,7 +3,8 @@
 Covers: length-prefixed JSON messages over a Unix socket with file descriptors attached
 (SCM_RIGHTS); packing nested values (tensors, scalars, lists, tuples) into one sealed memfd and a
 JSON descriptor; unpacking them defensively (sizes, dtypes, counts all checked; nothing is ever
-unpickled). Does not cover: what the messages mean (see sandbox/worker.py and judge/evaluator.py).
+unpickled); the timing clocks a `time` message may name (CLOCKS). Does not cover: what the
+messages mean (see sandbox/worker.py and judge/evaluator.py).
 
 The judge never trusts what comes back: descriptors are validated against the fd's real size and
 tensors are copied out of the mapping before use.
@@ -21,6 +22,7 @@ import socket
 import struct
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,7 +33,26 @@ _TB = torch._C.TensorBase
 _dtype_of = _TB.dtype.__get__
 _frombuffer = torch.frombuffer
 
+
+@dataclass(frozen=True)
+class Clock:
+    """A timing clock named in `time` messages (sandbox/timing_loop.py runs it): CUDA events
+    or host time; with events, whether the call is queued behind a device-side lead (host
+    launch time hidden)."""
+
+    events: bool
+    lead: bool
+
+
+CLOCKS: dict[str, Clock] = {
+    "cuda_events": Clock(events=True, lead=True),
+    "cuda_events_idle": Clock(events=True, lead=False),
+    "host": Clock(events=False, lead=False),
+}
+DEVICE_CLOCKS = frozenset(k for k, c in CLOCKS.items() if c.events)
+
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+COPY_WINDOW_BYTES = 256 * 1024 * 1024  # unpack copies a memfd this much at a time
 MAX_FDS = 4
 MAX_TENSORS = 64
 MAX_DEPTH = 6
@@ -296,17 +317,36 @@ def unpack(
     on_device = device is not None and device != "cpu"
 
     def region(offset: int, nbytes: int) -> torch.Tensor:
-        with warnings.catch_warnings():  # read-only mapping; we copy out at once
-            warnings.simplefilter("ignore", UserWarning)
-            raw = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset)
-            # the copy is synchronous: the mapping may be closed (or changed) once it returns
-            return raw.to(device) if on_device else raw.clone()
+        dest = torch.empty(nbytes, dtype=torch.uint8, device=device if on_device else "cpu")
+        assert mm is not None  # nbytes > 0 only with a non-empty buffer
+        copy_windows(mm, offset, dest)
+        return dest
 
     try:
         return _unpack(desc, size, region, keep_strides, device if on_device else "cpu", objects)
     finally:
         if mm is not None:
             mm.close()
+
+
+def copy_windows(mm: mmap.mmap, offset: int, dest: torch.Tensor, window: int = 0) -> None:
+    """Copy `dest.numel()` bytes of `mm` from `offset` into the flat uint8 `dest`, a window at a
+    time, each window's pages dropped from this process's mapping once copied
+    (MADV_DONTNEED: the memfd keeps them). The process's resident memory then grows by at most
+    one window, not by the whole buffer: a 16 GiB input copied to the device no longer counts
+    16 GiB against the worker's resident-memory limit (it killed the timing process)."""
+    window = window or COPY_WINDOW_BYTES
+    nbytes = dest.numel()
+    for a in range(0, nbytes, window):
+        b = min(nbytes, a + window)
+        with warnings.catch_warnings():  # read-only mapping; copied out at once
+            warnings.simplefilter("ignore", UserWarning)
+            raw = torch.frombuffer(mm, dtype=torch.uint8, count=b - a, offset=offset + a)
+            # synchronous: the mapping may be closed (or changed) once it returns
+            dest[a:b].copy_(raw)
+        del raw
+        start = (offset + a) // mmap.PAGESIZE * mmap.PAGESIZE
+        mm.madvise(mmap.MADV_DONTNEED, start, offset + b - start)
 
 
 def unpack_buffer(
@@ -338,6 +378,8 @@ def _unpack(
         raise ProtocolError("tensor descriptors claim more bytes than the shared buffer holds")
     try:
         tensors = [_tensor_from(meta, size, region, keep_strides, device) for meta in metas]
+    except torch.OutOfMemoryError:
+        raise  # the receiver's memory, not a bad descriptor (the judge's: a judge fault)
     except (TypeError, ValueError, OverflowError, RuntimeError) as exc:  # e.g. absurd shapes
         first = (str(exc).splitlines() or [""])[0]
         raise ProtocolError(f"bad tensor descriptor: {type(exc).__name__}: {first}"[:300]) from None

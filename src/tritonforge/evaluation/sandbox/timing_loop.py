@@ -3,13 +3,28 @@
 Covers: `time_op` (the op: which model, which inputs, the audit around each call, the reply),
 `timing_inputs` (the device copy of a timing case, made once per memfd and model), and
 `run_trials` (warmup, then per trial: L2 flush, device-wide synchronize, the call between
-two CUDA events and two host timer reads, device-wide synchronize) and the clocks it reports:
-`cuda_events` = the device time between the events, floored by the host time less this
-process's fixed synchronize latency (`host_overhead_ms`, calibrated once on an empty call), so
-work the call left on another stream still counts; `host` = the host time around the
-device-wide synchronize (the only clock on the CPU). Event and timer functions, and the flush's
-`zero_`, are captured when this module is imported, in the fork server, before any candidate
-code exists (the flush runs with torch functions and Python dispatch disabled: sealed.guard).
+two CUDA events and host timer reads, device-wide synchronize) under a clock of CLOCKS:
+- `cuda_events` (default): the call is queued behind a *lead*, a device-side sleep on the current
+  stream that every pool stream of the process (and the default stream) waits for, so the host's
+  launch work (Python, Triton's launcher, our audit) overlaps the lead and the events see device
+  time only. The lead is sized from the warmup calls' host enqueue time and doubled when a trial's
+  enqueue outlasts it (`exposed` trials: the call is host-bound, and its launch gaps count). The
+  device time is floored by the host time after the lead ended, less this process's fixed
+  latency (`host_overhead_ms`, calibrated once on an empty call), so work left on another stream
+  still counts.
+- `cuda_events_idle`: the same events around an idle stream (no lead): the device time then
+  includes the host's launch latency of the call's first kernel, which varies between processes
+  and with CPU load (the earlier default, kept for comparison).
+- `host`: the host time around the device-wide synchronize (the only clock on the CPU).
+Event, stream, sleep and timer functions, and the flush's `zero_`, are captured when this module
+is imported, in the fork server, before any candidate code exists (the flush runs with torch
+functions and Python dispatch disabled: sealed.guard). Events are recorded on a stream got from
+C (`_here`), never through `torch.cuda.Event.record`'s own lookup of `torch.cuda.current_stream`
+(module globals a candidate can rebind: it would run its own code between the lead and the
+start event, where its device work counts as lead and is subtracted from the host time).
+Python's cyclic garbage collector is off during calibration and trials (`_no_gc`): a
+candidate's finalizer (`__del__` of a reference cycle) would otherwise run inside the loop, in
+the lead or between trials, outside the timed call.
 Every call, warmup or timed, on either side, is a light audited call (audit.begin_call, launches
 counted and recorded outside the timer): for a candidate, each timed call's outputs must be
 plain tensors and its launch signature goes back to the judge (`launch_mismatch` when it differs
@@ -21,46 +36,150 @@ interleaving schedule and statistics (judge/gpu_timing.py, judge/timing.py).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from tritonforge.evaluation.sandbox import audit, outputs, reference_host, sealed
+from tritonforge.evaluation.sandbox.protocol import CLOCKS
 from tritonforge.types import Status
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 CALIBRATION_TRIALS = 25
+LEAD_MIN_MS = 0.05  # the shortest lead; also the lead of the empty calibration call
+LEAD_MAX_MS = 10.0  # a call whose host work outlasts this is host-bound: its gaps count
+LEAD_FACTOR = 3.0  # lead = factor x the warmup calls' host enqueue time (+ the waits' own)
+SLEEP_CALIBRATION_CYCLES = 2_000_000
+MAX_POOL = 256  # bound on the streams of one priority's pool (c10 has 32)
+
 
 _EVENT = torch.cuda.Event
-_RECORD = torch.cuda.Event.record
 _ELAPSED = torch.cuda.Event.elapsed_time
+# C functions only (CUDA builds; None on the CPU): nothing in them looks up a Python global
+_EVENT_RECORD = getattr(torch._C._CudaEventBase, "record", None)  # (event, stream)
+_EVENT_WAIT = getattr(torch._C._CudaEventBase, "wait", None)  # (event, stream)
+_SLEEP = getattr(torch._C, "_cuda_sleep", None)
+_CURRENT = getattr(torch._C, "_cuda_getCurrentStream", None)  # device -> (id, device, type)
+_DEFAULT = getattr(torch._C, "_cuda_getDefaultStream", None)
+_DEVICE = getattr(torch._C, "_cuda_getDevice", None)
+_STREAM_BASE = torch._C._CudaStreamBase
+_STREAM = torch.cuda.Stream
+_GC_OFF, _GC_ON, _GC_ENABLED = gc.disable, gc.enable, gc.isenabled
+_NO_GRAD = torch.no_grad
 _PERF_NS = time.perf_counter_ns
 _ZERO = sealed.CAP.zero_
-_OVERHEAD: dict[str, float] = {}
+_OVERHEAD: dict[bool, float] = {}
+_CAL: dict[str, Any] = {}
 
 
 def _nothing(*args: Any) -> None:
     return None
 
 
-def host_overhead_ms(sync: Callable[[], None]) -> float:
+def _stream_of(ids: tuple[int, int, int]) -> Any:
+    return _STREAM_BASE(stream_id=ids[0], device_index=ids[1], device_type=ids[2])
+
+
+def _here() -> Any:
+    """The current stream of the current device, from C."""
+    return _stream_of(_CURRENT(_DEVICE()))
+
+
+def _RECORD(event: Any) -> None:
+    """Record `event` on the current stream (see the module docstring: no Python lookups)."""
+    _EVENT_RECORD(event, _here())
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Cyclic GC off (and off again before every trial: `_one`), restored afterwards."""
+    was = _GC_ENABLED()
+    _GC_OFF()
+    try:
+        yield
+    finally:
+        if was:
+            _GC_ON()
+
+
+def host_overhead_ms(sync: Callable[[], None], lead: bool) -> float:
     """Median host-minus-device time of an empty timed region in this process (the latency of
-    recording two events and synchronizing), measured once."""
-    if "cuda" not in _OVERHEAD:
+    recording the events and synchronizing, with or without the lead), measured once."""
+    if lead not in _OVERHEAD:
         gaps = []
         for _ in range(CALIBRATION_TRIALS):
-            host, dev = _one(_nothing, [], None, sync, True, (_nothing, _nothing))
-            gaps.append(max(0.0, host - dev))
-        _OVERHEAD["cuda"] = statistics.median(gaps)
-    return _OVERHEAD["cuda"]
+            t = _one(_nothing, [], None, sync, True, LEAD_MIN_MS if lead else 0.0, _NO_AROUND)
+            gaps.append(max(0.0, t.host - t.dev))
+        _OVERHEAD[lead] = statistics.median(gaps)
+    return _OVERHEAD[lead]
+
+
+def _cycles_per_ms(sync: Callable[[], None]) -> float:
+    """Device clock cycles of the sleep kernel per millisecond, measured once."""
+    if "cycles" not in _CAL:
+        rates = []
+        for _ in range(3):
+            a, b = _EVENT(enable_timing=True), _EVENT(enable_timing=True)
+            sync()
+            _RECORD(a)
+            _SLEEP(SLEEP_CALIBRATION_CYCLES)
+            _RECORD(b)
+            sync()
+            rates.append(SLEEP_CALIBRATION_CYCLES / max(_ELAPSED(a, b), 1e-3))
+        _CAL["cycles"] = statistics.median(rates)
+    return float(_CAL["cycles"])
+
+
+def _streams() -> list[Any]:
+    """Every stream of this process's pools (each priority) and the default stream: the ones
+    that wait for the lead. Found once, by drawing from each pool until it comes round."""
+    if "streams" not in _CAL:
+        found: dict[int, Any] = {}
+        prange = getattr(_STREAM, "priority_range", None)
+        least, greatest = prange() if prange is not None else (0, -1)
+        for prio in range(least, greatest - 1, -1):
+            first = None
+            for _ in range(MAX_POOL):
+                s = _STREAM(priority=prio)
+                if s.stream_id == first:
+                    break
+                first = s.stream_id if first is None else first
+                found[s.stream_id] = s
+        default = _stream_of(_DEFAULT(_DEVICE()))
+        found[default.stream_id] = default
+        _CAL["streams"] = list(found.values())
+    return list(_CAL["streams"])
+
+
+def _queue_behind_lead(lead_ms: float, start: Any) -> None:
+    """The device sleeps `lead_ms`, then `start` is recorded; every stream waits for it
+    (calibrated beforehand: `_prepare_lead`)."""
+    _SLEEP(max(1, int(lead_ms * _CAL["cycles"])))
+    _RECORD(start)
+    for s in _streams():
+        _EVENT_WAIT(start, s)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One timed call: host ms (after the lead, if any), device ms (0.0 without events), and
+    whether the host's enqueue of the call outlasted the lead."""
+
+    host: float
+    dev: float
+    exposed: bool = False
 
 
 Around = tuple[Callable[[], None], Callable[[Any, bool], None]]
+_NO_AROUND: Around = (_nothing, _nothing)
 
 
 def _one(
@@ -69,27 +188,56 @@ def _one(
     flush: torch.Tensor | None,
     sync: Callable[[], None],
     events: bool,
+    lead_ms: float,
     around: Around,
-) -> tuple[float, float]:
-    """One trial: (host ms, device ms or 0.0). `around[1]` gets the call's outputs after the
-    timer (the output is released after that, outside the timed region, on both sides)."""
+) -> Trial:
+    """One trial. With a lead, our own work before the call (the audit's begin) overlaps the
+    lead too. `around[1]` gets the call's outputs after the timer (the output is released after
+    that, outside the timed region, on both sides)."""
+    _GC_OFF()  # and again after each call: a candidate may turn it back on (gc reached)
     if flush is not None:
         with sealed.guard():
             _ZERO(flush)
     sync()
+    start = end = led = None
     if events:
         start, end = _EVENT(enable_timing=True), _EVENT(enable_timing=True)
-    around[0]()
-    if events:
-        _RECORD(start)
-    t0 = _PERF_NS()
+    s0 = _PERF_NS()
+    if events and lead_ms:
+        led = _EVENT(enable_timing=True)
+        _RECORD(led)
+        _queue_behind_lead(lead_ms, start)
+        around[0]()
+    else:
+        around[0]()
+        s0 = _PERF_NS()
+        if events:
+            _RECORD(start)
     out = fn(*inputs)
+    t_ret = _PERF_NS()
+    _GC_OFF()
     if events:
         _RECORD(end)
     sync()  # device-wide: work left on side streams is waited for
     t1 = _PERF_NS()
     around[1](out, True)
-    return (t1 - t0) / 1e6, (_ELAPSED(start, end) if events else 0.0)
+    if not events:
+        return Trial((t1 - s0) / 1e6, 0.0)
+    lead_dev = _ELAPSED(led, start) if led is not None else 0.0
+    host = (t1 - s0) / 1e6 - lead_dev
+    return Trial(host, _ELAPSED(start, end), led is not None and (t_ret - s0) / 1e6 > lead_dev)
+
+
+@dataclass
+class Timed:
+    """Trial times (ms) under the clock actually used, host ms, the clock's name, the final lead
+    (ms, 0 without one) and how many trials were host-bound (enqueue outlasted the lead)."""
+
+    times: list[float]
+    hosts: list[float]
+    clock: str
+    lead_ms: float = 0.0
+    exposed: int = 0
 
 
 def run_trials(
@@ -100,24 +248,77 @@ def run_trials(
     clock: str,
     flush: torch.Tensor | None,
     sync: Callable[[], None],
-    around: Around = (_nothing, _nothing),
-) -> tuple[list[float], list[float], str]:
-    """(times in ms under the clock actually used, host ms, that clock's name). `around` is
-    called before and after each call, warmup or timed (`after(outputs, timed)`): the worker's
-    audit of the call. An exception ends the trials (the caller resets the audit's state)."""
-    events = clock == "cuda_events" and torch.cuda.is_initialized()
-    overhead = host_overhead_ms(sync) if events else 0.0
-    times, hosts = [], []
-    with torch.no_grad():
+    around: Around = _NO_AROUND,
+) -> Timed:
+    """Warmup calls, then the timed trials. `around` is called before and after each call,
+    warmup or timed (`after(outputs, timed)`): the worker's audit of the call. An exception ends
+    the trials (the caller resets the audit's state)."""
+    c = CLOCKS.get(clock, CLOCKS["host"])
+    events = c.events and torch.cuda.is_initialized()
+    lead = events and c.lead and _SLEEP is not None and _EVENT_WAIT is not None
+    name = clock if events and lead == c.lead else ("cuda_events_idle" if events else "host")
+    with _no_gc():
+        return _run(fn, inputs, (warmup, trials), name, lead, flush, sync, around)
+
+
+def _run(
+    fn: Callable[..., Any],
+    inputs: list[Any],
+    counts: tuple[int, int],
+    name: str,
+    lead: bool,
+    flush: torch.Tensor | None,
+    sync: Callable[[], None],
+    around: Around,
+) -> Timed:
+    """`run_trials` under clock `name` (the one actually used), the collector off."""
+    warmup, trials = counts
+    events = name != "host"
+    if lead:
+        _prepare_lead(sync)
+    overhead = host_overhead_ms(sync, lead) if events else 0.0
+    out = Timed([], [], name)
+    with _NO_GRAD():
+        enqueue = []
         for _ in range(warmup):
             around[0]()
-            around[1](fn(*inputs), False)
+            t = _PERF_NS()
+            result = fn(*inputs)
+            enqueue.append((_PERF_NS() - t) / 1e6)
+            _GC_OFF()
+            around[1](result, False)
         sync()
+        if lead:  # the first warmup call compiles; later ones show the steady launch cost
+            steady = max(enqueue[1:] or enqueue or [0.0])
+            out.lead_ms = min(LEAD_MAX_MS, max(LEAD_MIN_MS, LEAD_FACTOR * steady + _waits_ms()))
         for _ in range(trials):
-            host, dev = _one(fn, inputs, flush, sync, events, around)
-            hosts.append(host)
-            times.append(max(dev, host - overhead) if events else host)
-    return times, hosts, "cuda_events" if events else "host"
+            t = _one(fn, inputs, flush, sync, events, out.lead_ms, around)
+            out.hosts.append(t.host)
+            out.times.append(max(t.dev, t.host - overhead) if events else t.host)
+            if t.exposed:
+                out.exposed += 1
+                out.lead_ms = min(LEAD_MAX_MS, 2 * out.lead_ms)
+    return out
+
+
+def _prepare_lead(sync: Callable[[], None]) -> None:
+    """Calibrate the sleep, find the streams and the cost of their waits, once per process,
+    before any trial (none of it may run inside a timed region)."""
+    _cycles_per_ms(sync)
+    _waits_ms()
+    sync()
+
+
+def _waits_ms() -> float:
+    """Host time of making every stream wait for an event (part of a queued trial's enqueue)."""
+    if "waits_ms" not in _CAL:
+        e = _EVENT()
+        _RECORD(e)
+        t = _PERF_NS()
+        for s in _streams():
+            _EVENT_WAIT(e, s)
+        _CAL["waits_ms"] = (_PERF_NS() - t) / 1e6
+    return float(_CAL["waits_ms"])
 
 
 def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
@@ -152,7 +353,7 @@ def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
             launches.append(audit.STATE.launch_count)
 
     try:
-        times, hosts, clock = run_trials(
+        timed = run_trials(
             fn, inputs, int(msg.get("warmup", 3)), int(msg.get("trials", 10)),
             str(msg.get("clock", "host")), w.flush, w._sync, (before, after),
         )  # fmt: skip
@@ -162,7 +363,8 @@ def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
             raise
         w.fail(exc, "timing")
         return
-    w.reply({"ok": True, "times_ms": times, "host_ms": hosts, "clock": clock,
+    w.reply({"ok": True, "times_ms": timed.times, "host_ms": timed.hosts, "clock": timed.clock,
+             "lead_ms": timed.lead_ms, "exposed": timed.exposed,
              "launches": launches, "signatures": signatures,
              "audit": w._audit_extra()})  # fmt: skip
 

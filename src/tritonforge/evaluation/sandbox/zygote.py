@@ -121,6 +121,7 @@ def preload() -> None:
     import torch.profiler
 
     from tritonforge.evaluation.sandbox import audit
+
     exact_fp32()  # the precision the judge's references compute in, inherited by every fork
     # Warm the legacy profiler used by the audit (cheap; Kineto is avoided here because it would
     # initialise CUDA in the fork server, and a forked child cannot use CUDA after that).
