@@ -150,6 +150,8 @@ def test_nothing_is_lost_when_the_timing_process_dies(deaths: int) -> None:
         assert v.status is Status.CORRECT, v.message
         assert v.runtime is not None and v.ref_runtime is not None
         assert any("timing attempt 1" in n and "restarted" in n for n in v.notes)
+        # how it ended is named (an RSS watchdog kill was once only "peer closed")
+        assert any("it ended: " in n and "SIGKILL" in n for n in v.notes), v.notes
     else:
         assert v.status is Status.JUDGE_FAULT and "died twice" in v.message
         assert v.reward == 0.0

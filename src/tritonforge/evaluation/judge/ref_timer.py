@@ -32,7 +32,7 @@ from tritonforge.evaluation.judge.admission import (
 )
 from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.reference import INIT_SEED, Case, Reference
-from tritonforge.evaluation.judge.session import Session
+from tritonforge.evaluation.judge.session import Session, describe_exit
 from tritonforge.evaluation.sandbox.protocol import ProtocolError, pack
 from tritonforge.logging_setup import get_logger
 
@@ -113,8 +113,11 @@ class RefTimer:
         try:
             reply, extra = session.request(msg, fds, time.monotonic() + budget)
         except ProtocolError as exc:  # PeerClosed, Deadline, a malformed frame
-            self._forget(f"{type(exc).__name__}: {exc}")
-            raise TimerDied(f"the reference timing process stopped answering ({exc})") from None
+            ended = self._forget(f"{type(exc).__name__}: {exc}")
+            how = f"; it ended: {ended}" if ended else ""
+            raise TimerDied(
+                f"the reference timing process stopped answering ({exc}){how}"
+            ) from None
         finally:
             for fd in fds:
                 os.close(fd)
@@ -122,14 +125,19 @@ class RefTimer:
             os.close(fd)
         return reply
 
-    def _forget(self, why: str) -> None:
+    def _forget(self, why: str) -> str:
+        """Drop the process; returns how it ended ("" if unknown), e.g. killed by the
+        resident-memory watchdog."""
+        ended = ""
         if self.session is not None:
             self.deaths += 1
-            log.warning("reference timing process on %s lost: %s", self.device, why)
-            self.session.close(wait_s=5.0)
+            ex = self.session.close(wait_s=5.0)
+            ended = describe_exit(ex)[1] if ex is not None else ""
+            log.warning("reference timing process on %s lost: %s (%s)", self.device, why, ended)
         self.session = None
         self.entries.clear()
         self.compiled.clear()
+        return ended
 
     def prepare(
         self,
