@@ -66,9 +66,9 @@ class ResultFile:
             self.doc["sessions"] = old.get("sessions", [])
             for k, v in old.items():
                 self.doc.setdefault(k, v)
-        again = [r for r in self.doc["rows"] if _retried(r, retry)]
-        self.doc["rows"] = [r for r in self.doc["rows"] if not _retried(r, retry)]
-        self.doc["retried"] = self.doc.get("retried", 0) + len(again)
+        kept = [r for r in self.doc["rows"] if not _retried(r, retry)]
+        self.doc["retried"] = self.doc.get("retried", 0) + len(self.doc["rows"]) - len(kept)
+        self.doc["rows"] = kept
         self.session = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": 0.0, "rows": 0}
         self.doc["sessions"].append(self.session)
         self.t0 = time.monotonic()
