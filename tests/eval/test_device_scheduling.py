@@ -33,7 +33,7 @@ from tritonforge.evaluation.judge.device_gate import gate
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.evaluation.sandbox import protocol
 from tritonforge.problems import load_suite
-from tritonforge.types import Problem, Status
+from tritonforge.types import Problem, Status, Verdict
 
 pytestmark = pytest.mark.slow
 
@@ -228,6 +228,28 @@ def test_judge_oom_while_copying_outputs_is_not_the_candidates(builtin, monkeypa
     # where the device's bytes were, for the next run to tell what filled it
     note = next(n for n in v.notes if n.startswith("device memory after the first attempt"))
     assert all(k in note for k in ("judge_case_cache", "timer_entries", "reserved_by_evaluations"))
+
+
+def test_each_retry_reason_gives_one_more_attempt_only(builtin, monkeypatch) -> None:
+    # An out-of-memory retry alone that then met a busy machine once got a third attempt (the
+    # "too busy" retry hung off the wrong condition).
+    oom = Verdict(status=Status.JUDGE_FAULT, message="out of device memory while judging")
+    busy = Verdict(status=Status.JUDGE_FAULT, message="the machine was too busy to judge")
+    ok = Verdict(status=Status.CORRECT, message="all correctness trials passed")
+    for script, want in (([(oom, "judge_oom"), (busy, None)], busy), ([(busy, None)], ok)):
+        answers = [*script, (ok, None), (ok, None)]
+        calls: list[bool] = []
+
+        def attempt(problem, source, s, alone, answers=answers, calls=calls):
+            calls.append(alone)
+            v, why = answers[len(calls) - 1]
+            return v.model_copy(deep=True), why
+
+        with Evaluator(_settings()) as ev:
+            monkeypatch.setattr(ev, "_attempt", attempt)
+            v = ev.evaluate(builtin["relu"], builtin["relu"].solution_src)
+        assert len(calls) == 2 and v.status is want.status, (calls, v.message)
+    assert calls == [False, False]  # a busy machine: once more, not alone
 
 
 def test_the_judge_holds_one_case_at_a_time(builtin, monkeypatch) -> None:

@@ -170,24 +170,22 @@ class Evaluator:
         s = settings or self.settings
         t0 = time.monotonic()
         verdict, retry = self._attempt(problem, source, s, alone=False)
+        # where the device's bytes were when the first attempt met an out-of-memory error
+        oom = retry is not None or "out of device memory" in (verdict.message or "")
+        memory = self.memory_note() if oom else ""
         if retry is not None:  # out of device memory with others on the device: once, alone
-            memory = self.memory_note()
             self.retries[retry] += 1
             first = verdict.message.splitlines()[0][:300] if verdict.message else retry
             verdict, _ = self._attempt(problem, source, s, alone=True)
             verdict.notes.append(f"judged again alone on the device after: {first}")
-            verdict.notes += [f"device memory after the first attempt: {memory}"] if memory else []
-        if "out of device memory" in (verdict.message or "") and not any(
-            n.startswith("device memory") for n in verdict.notes
-        ):
-            memory = self.memory_note()
-            verdict.notes += [f"device memory after the attempt: {memory}"] if memory else []
         elif verdict.status is Status.JUDGE_FAULT and "too busy" in verdict.message:
             first = verdict.message  # the machine starved the worker (budget.py): once more
             verdict, _ = self._attempt(problem, source, s, alone=False)
             verdict.notes.append(
                 f"judged twice: the first attempt was the evaluator's fault ({first})"
             )
+        if memory:
+            verdict.notes.append(f"device memory after the first attempt: {memory}")
         verdict.problem_id = problem.id
         verdict.mode = s.mode
         verdict.preset = s.preset
