@@ -106,6 +106,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", default="1,2")
     ap.add_argument("--limit", type=int, default=None, help="first N problems of each level")
+    ap.add_argument(
+        "--only", default="", help="comma-separated substrings: only problems whose id has one"
+    )
     ap.add_argument("--out", type=Path, default=Path("docs/bench/h200_kernelbench_self.json"))
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--size", default="original", help="original | scaled")
@@ -123,6 +126,11 @@ def main() -> int:
     levels = [int(x) for x in args.levels.split(",")]
     variants = [v for v in args.variants.split(",") if v]
     problems = bc.kernelbench(levels, args.limit, args.size)
+    only = [x for x in args.only.split(",") if x]
+    if only:
+        problems = [p for p in problems if any(x in p.id for x in only)]
+        if not problems:
+            ap.error(f"--only {args.only!r} matches no problem of levels {args.levels}")
     header = {"benchmark": "kernelbench_self", "device": args.device, "size": args.size,
               "workers": args.workers, "levels": levels}  # fmt: skip
     out = bc.ResultFile(args.out, header, bc.retry_statuses(args))

@@ -257,13 +257,18 @@ class Evaluator:
                 device=device,
             ), False
         progress.debug("reference: building the problem's model and inputs on %s", device)
+        t = time.monotonic()
         ref = self.refs.reference(problem, device)
+        judge: dict[str, float] = {}  # the judge's own phases (reference load, first case)
+        if time.monotonic() - t > 0.001:
+            judge["reference"] = time.monotonic() - t
         res = self.resources(device)
         plan = self._plan(problem, source or "", s)
         try:
-            with res.admitted(ref, lambda: self.refs.case(ref, *plan[0]), alone) as grant:
+            with res.admitted(ref, lambda: self.case(judge, ref, *plan[0]), alone) as grant:
                 v, oom = self._admitted(
-                    problem, source or "", s, device, ref, plan, grant.waited, static.preimports
+                    problem, source or "", s, device, ref, plan, grant.waited, static.preimports,
+                    judge,
                 )
                 return v, oom and grant.crowded  # alone, the candidate's own doing: no retry
         except DoesNotFit as exc:
@@ -286,12 +291,17 @@ class Evaluator:
         plan,
         waited: float,
         preimports: list[str] | None = None,
+        judge: dict[str, float] | None = None,
     ) -> tuple[Verdict, bool]:
-        """The evaluation proper, with the device memory it needs reserved."""
+        """The evaluation proper, with the device memory it needs reserved. `judge`: phases of
+        the judge's own work so far (reference load, the first case when it measured the
+        footprint); the phases of this run are added to it."""
         progress.debug("spawn: starting a sandboxed worker")
         scratch = None if s.sandbox != "rlimits" else private_scratch()
         spec = worker_spec(s, device, scratch)
-        phases: dict[str, float] = {"admission_wait": waited} if waited > 0.001 else {}
+        phases = judge if judge is not None else {}
+        if waited > 0.001:
+            phases["admission_wait"] = waited
         t = time.monotonic()
         server = self.server(device)  # started on first use: not a worker's spawn
         if time.monotonic() - t > 0.01:
@@ -360,6 +370,15 @@ class Evaluator:
         ]
         run.notes += [str(n)[:300] for n in (reply.get("notes") or [])[:4]]
         return None
+
+    def case(self, phases: dict[str, float], ref: Any, seed: int, dist: str) -> Case:
+        """A case of `ref` (built, or from the cache); the seconds it took, waits for the
+        reference's lock and the device included, are added to `phases["cases"]`."""
+        t = time.monotonic()
+        try:
+            return self.refs.case(ref, seed, dist)
+        finally:
+            phases["cases"] = phases.get("cases", 0.0) + time.monotonic() - t
 
     def _plan(self, problem: Problem, source: str, s: EvalSettings) -> list[tuple[int, str]]:
         """Hidden seeds and input distributions of the trials, in an order varied per candidate."""
@@ -437,7 +456,7 @@ class Evaluator:
     def _run(self, run: CandidateRun, plan: list[tuple[int, str]]) -> Verdict:
         s, session = run.settings, run.session
         progress.debug("import: loading the candidate")
-        failed = self._load(run, self.refs.case(run.ref, *plan[0]))
+        failed = self._load(run, self.case(run.phases, run.ref, *plan[0]))
         if failed is not None:
             return failed
         # the correctness budget is the candidate's own time over the trials after the first:
@@ -448,7 +467,7 @@ class Evaluator:
             phase = "compile" if i == 0 else "correctness"
             total = s.budgets.compile_s if i == 0 else s.budgets.correctness_s
             progress.debug("reference outputs: trial %d/%d (%s inputs)", i + 1, len(plan), dist)
-            case = self.refs.case(run.ref, seed, dist)
+            case = self.case(run.phases, run.ref, seed, dist)
             carry, carry_fds = session.transport.send(case)
             msg = {"op": "run", **carry, **audit_switches(last_trial=i == len(plan) - 1)}
             progress.debug("%s: trial %d/%d", phase, i + 1, len(plan))

@@ -71,7 +71,7 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
     progress.debug(
         "timing: %d rounds against the reference (device's timing process)", s.perf_rounds
     )
-    case = ev.refs.case(ref, ev.seed(problem, 1000), "native")
+    case = ev.case(run.phases, ref, ev.seed(problem, 1000), "native")
     res = ev.resources(run.device)
     t = time.monotonic()
     rounds = None
@@ -89,8 +89,10 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
     _fill(v, rounds, s.bootstrap_samples)
     nbytes = case_bytes(case)
     del case  # one case at a time (admission counts one): the re-check's is built after
-    post = ev.refs.case(ref, ev.seed(problem, 1001), s.distributions[-1])
+    post = ev.case(run.phases, ref, ev.seed(problem, 1001), s.distributions[-1])
+    t = time.monotonic()
     _recheck(ev, run, v, post, nbytes, rounds)
+    run.phases["recheck"] = time.monotonic() - t
 
 
 def _judge_fault(message: str) -> Verdict:
@@ -103,7 +105,9 @@ def _timed_rounds(res: Any, run: CandidateRun, case: Case, deadline: float) -> R
     left = max(0.1, deadline - time.monotonic())
     with res.gate.shared() as waited:  # loading and first calls are not timed work
         run.waited += waited
-        key = timer.prepare(run.ref, case, s.compile_baseline, left)
+        t = time.monotonic()
+        key = timer.prepare(run.ref, case, s.compile_baseline, left, run.phases)
+        run.phases["timer_load"] = run.phases.get("timer_load", 0.0) + time.monotonic() - t
     try:  # pinned: no other evaluation's prepare evicts it before it is timed
         return _rounds(res, run, case, deadline, key)
     finally:
@@ -119,6 +123,7 @@ def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) 
     with res.gate.exclusive() as waited, _on(run.device):
         run.waited += waited
         deadline += waited
+        t = time.monotonic()
         for r in range(s.perf_rounds):
             warm, skip = (s.perf_warmup, 1) if r == 0 else (1, 0)
             sides = ["cand", "base"] + (["comp"] if s.compile_baseline else [])
@@ -138,6 +143,7 @@ def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) 
                 n = reply.get("exposed")
                 if isinstance(n, int) and not isinstance(n, bool) and n > 0:
                     out.exposed[side] = out.exposed.get(side, 0) + n
+        run.phases["timed_rounds"] = run.phases.get("timed_rounds", 0.0) + time.monotonic() - t
     return out
 
 

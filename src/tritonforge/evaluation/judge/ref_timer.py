@@ -145,9 +145,12 @@ class RefTimer:
         case: Case,
         compile_baseline: bool,
         budget: float,
+        phases: dict[str, float] | None = None,
     ) -> str:
         """Load `ref` (and its compiled version if asked) with `case` as its timing inputs,
-        unless already loaded; returns its key. Raises TimerDied or ReferenceUnusable."""
+        unless already loaded; returns its key. Raises TimerDied or ReferenceUnusable.
+        `phases` gets the seconds of a load's parts: `timer_memfd` (the inputs' host copy),
+        `timer_build`, `timer_inputs` (mapped into the process) and `timer_calls` (first calls)."""
         key = timer_key(ref)
         with self.lock:
             if key in self.entries and (key in self.compiled or not compile_baseline):
@@ -172,8 +175,16 @@ class RefTimer:
                 "compile": compile_baseline,
                 "inputs": case.desc,
             }
-            reply = self._request(msg, [init_fd, os.dup(case.fd)], budget)
+            t = time.monotonic()
+            fd = os.dup(case.fd)
+            made = time.monotonic() - t
+            reply = self._request(msg, [init_fd, fd], budget)
             _check(reply, "loading the reference in the timing process")
+            if phases is not None:
+                phases["timer_memfd"] = phases.get("timer_memfd", 0.0) + made
+                for part, x in (reply.get("seconds") or {}).items():
+                    if isinstance(x, (int, float)) and part in ("build", "inputs", "calls"):
+                        phases[f"timer_{part}"] = phases.get(f"timer_{part}", 0.0) + float(x)
             self.entries[key] = need
             self.pins[key] += 1
             if compile_baseline:

@@ -74,13 +74,19 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
     init_inputs = w._inputs({"inputs": msg["init_inputs"]}, fds[:1], objects=True)  # judge's values
     case_fds = fds[1:]
     w.path = f"<reference {key}>"
+    spent: dict[str, float] = {}  # seconds: building the model, mapping the inputs, first calls
     try:
         model = _build(msg["source"], key, init_inputs, int(msg["init_seed"]), w.device)
         entry = Loaded(model, _compile(model) if msg.get("compile") else None)
         w.references[key] = entry
+        spent["build"] = time.perf_counter() - t0 - cuda_init_s
         if "inputs" in msg:  # map the timing case once; first calls (and compiles) happen now
             given, case_fds = case_fds, []  # _timing_inputs closes them, even when it fails
+            t = time.perf_counter()
             inputs = w._timing_inputs(key, msg, given)
+            w._sync()
+            spent["inputs"] = time.perf_counter() - t
+            t = time.perf_counter()
             with torch.no_grad():
                 for fn in (entry.model, entry.compiled):
                     if fn is not None:
@@ -89,6 +95,7 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
                     _profile_once(entry.model, inputs)  # the state a candidate's worker has
                     w.references_profiled = True
             w._sync()
+            spent["calls"] = time.perf_counter() - t
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -99,7 +106,7 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
     finally:
         for fd in case_fds:
             os.close(fd)
-    w.reply({"ok": True, "cuda_init_s": cuda_init_s})
+    w.reply({"ok": True, "cuda_init_s": cuda_init_s, "seconds": spent})
 
 
 def drop(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
