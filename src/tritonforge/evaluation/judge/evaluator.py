@@ -267,7 +267,14 @@ class Evaluator:
         try:
             with res.admitted(ref, lambda: self.case(judge, ref, *plan[0]), alone) as grant:
                 v, oom = self._admitted(
-                    problem, source or "", s, device, ref, plan, grant.waited, static.preimports,
+                    problem,
+                    source or "",
+                    s,
+                    device,
+                    ref,
+                    plan,
+                    grant.waited,
+                    static.preimports,
                     judge,
                 )
                 return v, oom and grant.crowded  # alone, the candidate's own doing: no retry
