@@ -260,16 +260,15 @@ class RefTimer:
         key: str,
         compiled: bool,
         case: Case,
-        warmup: int,
-        trials: int,
+        counts: tuple[int, int, float],
         clock: str,
         budget: float,
     ) -> dict[str, Any]:
         """One timing request for a loaded reference (eager or compiled); the reply."""
         with self.lock:
             msg = {"op": "time", "key": key, "compiled": compiled, "inputs": case.desc,
-                   "case": case.ident, "warmup": warmup, "trials": trials,
-                   "clock": clock}  # fmt: skip
+                   "case": case.ident, "warmup": counts[0], "trials": counts[1],
+                   "budget_ms": counts[2], "clock": clock}  # fmt: skip
             reply = self._request(msg, [], budget)  # the inputs `prepare` loaded
             _check(reply, "timing the reference")
             return reply
