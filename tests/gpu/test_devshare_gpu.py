@@ -162,7 +162,7 @@ def test_timing_process_takes_a_case_through_a_shared_buffer(gpu_judge: Evaluato
     problem = _problem("sigmoid")  # not timed by another test of this module: loaded here
     v = gpu_judge.evaluate(problem, problem.solution_src)
     assert v.status is Status.CORRECT, v.message
-    assert v.speedup is not None and 0.5 < v.speedup < 2.0, v.speedup
+    assert v.speedup is not None, v.notes
     timer = gpu_judge.resources("cuda:0").timer
     assert timer.sharing, "the timing process could not map the shared buffer"
     assert "timer_send" in v.phase_seconds and "timer_inputs" in v.phase_seconds
