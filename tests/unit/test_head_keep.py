@@ -56,7 +56,28 @@ def _compare() -> dict:
             }
         report[f"ent={with_ent} nodes"] = [keep["node"], recompute["node"]]
     report["second_backward"] = _second_backward(TRITON_KEEP)
+    report["row_blocks"] = _row_blocks()
     return report
+
+
+def _row_blocks() -> dict:
+    """KeptLogprobs with cuBLAS calls of 16 rows (6 blocks of 84 scored positions) against one
+    call: the same log-probs, entropies and hidden gradient; the weight gradient summed over
+    blocks in fp32 instead of rounded once."""
+    hidden, weight, targets, g_logp, g_ent = lm_head_case()
+    keep = targets.reshape(-1) >= 0
+    tgt = targets.reshape(-1)[keep]
+    outs = []
+    for rows in (10**9, 16):
+        h = hidden.reshape(-1, hidden.shape[-1])[keep]
+        logp, ent = head_keep.KeptLogprobs.apply(h, weight, tgt, 0.7, True, rows)
+        dh, dw = torch.autograd.grad(
+            (logp * g_logp.reshape(-1)[keep]).sum() + (ent * g_ent.reshape(-1)[keep]).sum(),
+            (hidden, weight),
+        )
+        outs.append((logp.detach(), ent.detach(), dh, dw.float()))
+    names = ("logp", "entropy", "d_hidden", "d_weight")
+    return {n: float((a - b).abs().max() / b.abs().max()) for n, a, b in zip(names, *outs)}
 
 
 def _second_backward(ops) -> str:
@@ -91,6 +112,9 @@ def test_kept_logits_match_recompute_and_eager_under_the_interpreter():
                     limit = 2e-2 if name.startswith("d_") else 1e-5
                 assert err < limit, (with_ent, ref, name, err)
     assert "retain_graph" in report["second_backward"]
+    blocks = report["row_blocks"]
+    assert blocks["logp"] == blocks["entropy"] == blocks["d_hidden"] == 0.0, blocks
+    assert 0.0 < blocks["d_weight"] < 1e-2, blocks  # rounded per block, not once
 
 
 class _Recorder:

@@ -1,21 +1,23 @@
 """The lm head with its logits kept from forward to backward (`batch.lm_head = "triton_keep"`).
 
 Covers: `KeptLogprobs` (an autograd Function over a micro-batch's K scored positions: the bf16
-logits [K, V] in one cuBLAS matmul and one Triton pass for log-probs, logsumexp and entropy
+logits [K, V] from cuBLAS and one Triton pass for log-probs, logsumexp and entropy
 (training.head_kernels); the logits stay on the device, and backward overwrites them with their
-gradient in one Triton pass and runs the two gradient matmuls over all K positions at once)
-and `logits_fit` (whether the device has room to keep them; else the caller recomputes).
+gradient in one Triton pass and runs the two gradient matmuls over them) and `logits_fit`
+(whether the device has room to keep them; else the caller recomputes).
 Why: the recompute path (training.logprobs, "triton" ops) redoes the logits matmul in backward,
 2 K H V FLOPs (1.9e13 for the 0.6B benchmark's 61,448 scored positions: ~27 ms on an H200 at
-its ~700 TFLOP/s), and sums the per-chunk weight gradients in fp32 (a [V, H] read-modify-write
+its ~700 TFLOP/s), and sums its 8 chunks' weight gradients in fp32 (a [V, H] read-modify-write
 per chunk, ~0.6 ms each). Keeping costs K V 2 bytes (18.7 GB there) from the head's forward to
 its backward, when the rest of the step is at its activation peak.
+cuBLAS calls take row blocks of at most GEMM_MAX_ELEMENTS elements of the logits (14,134 rows at
+Qwen3's vocabulary: 5 blocks there); the weight gradient is one matmul when the logits fit one
+call, else per block summed in fp32 (5 read-modify-writes instead of 8).
 Numerics: the same kernels on the same bf16 logits as the recompute path; the weight gradient
-is one matmul over all K positions (fp32 accumulation inside cuBLAS, one rounding to bf16)
-where the chunked path rounds each chunk's to bf16 and sums them in fp32.
-Does not cover: choosing the scored positions (training.logprobs.scored_logprobs), chunking,
-double backward (`retain_graph`: the logits are overwritten by the first backward, so a second
-one raises instead of returning wrong gradients).
+is rounded to bf16 per block (or once) where the recompute path rounds per chunk.
+Does not cover: choosing the scored positions (training.logprobs.scored_logprobs), double
+backward (`retain_graph`: the logits are overwritten by the first backward, so a second one
+raises instead of returning wrong gradients).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "GEMM_MAX_ELEMENTS",
     "RESERVE_FRACTION",
     "RESERVE_MIN_BYTES",
     "KeptLogprobs",
+    "gemm_rows",
     "logits_bytes",
     "logits_fit",
     "room_for",
@@ -33,11 +37,20 @@ __all__ = [
 
 Tensor = torch.Tensor
 
+# The largest matrix handed to one cuBLAS call: [K, V] logits past 2^31 elements (the 0.6B
+# benchmark's are 9.3e9) go in row blocks of at most this many elements (cuBLAS has had
+# 32-bit offset bugs with larger operands); the Triton passes index in 64 bits.
+GEMM_MAX_ELEMENTS = 2**31 - 1
 # Kept only while this much device memory stays free besides them: what the rest of the step
 # allocates after the head's forward (the head's own gradients, the parameters' gradients, a
 # layer's backward temporaries, the optimizer's fp32 gradient sums once the logits are freed).
 RESERVE_FRACTION = 0.10
 RESERVE_MIN_BYTES = 4 << 30
+
+
+def gemm_rows(vocab: int) -> int:
+    """Rows of [*, vocab] logits per cuBLAS call (GEMM_MAX_ELEMENTS)."""
+    return max(1, GEMM_MAX_ELEMENTS // max(vocab, 1))
 
 
 def logits_bytes(rows: int, vocab: int, dtype: torch.dtype) -> int:
@@ -82,17 +95,21 @@ class KeptLogprobs(torch.autograd.Function):
         targets_k: Tensor,
         temperature: float,
         compute_entropy: bool,
+        block_rows: int,
     ) -> tuple[Tensor, Tensor]:
         from tritonforge.training import head_kernels
 
         h_kh = hidden_kh.to(weight_vh.dtype)
-        z_kv = h_kh @ weight_vh.t()
+        z_kv = h_kh.new_empty(h_kh.shape[0], weight_vh.shape[0])
+        for s in range(0, h_kh.shape[0], block_rows):  # row blocks: contiguous slices
+            torch.mm(h_kh[s : s + block_rows], weight_vh.t(), out=z_kv[s : s + block_rows])
         logp_k, lse_k, ent_k = head_kernels.logprobs_lse_entropy(
             z_kv, targets_k, 1.0 / temperature, compute_entropy
         )
         ctx.save_for_backward(h_kh, weight_vh, targets_k, lse_k, ent_k)
         ctx.logits = z_kv  # not a saved tensor: backward writes over it (Triton, in place)
         ctx.temperature, ctx.compute_entropy = temperature, compute_entropy
+        ctx.block_rows = block_rows
         ctx.hidden_dtype = hidden_kh.dtype
         ctx.set_materialize_grads(False)
         if not compute_entropy:
@@ -117,7 +134,29 @@ class KeptLogprobs(torch.autograd.Function):
         g_kv = head_kernels.grad_logits_(
             z_kv, targets_k, lse_k, g_logp_k.float(), ent, 1.0 / ctx.temperature
         )
-        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        d_hidden = (g_kv @ weight_vh).to(ctx.hidden_dtype) if need_h else None
-        d_weight = g_kv.t() @ h_kh if need_w else None
-        return d_hidden, d_weight, None, None, None
+        d_hidden = d_weight = None
+        if ctx.needs_input_grad[0]:
+            d_hidden = _row_blocks_mm(g_kv, weight_vh, ctx.block_rows).to(ctx.hidden_dtype)
+        if ctx.needs_input_grad[1]:
+            d_weight = _weight_grad(g_kv, h_kh, ctx.block_rows)
+        return d_hidden, d_weight, None, None, None, None
+
+
+def _row_blocks_mm(a_kv: Tensor, b_vh: Tensor, rows: int) -> Tensor:
+    """a @ b, `rows` rows of `a` per cuBLAS call."""
+    out = a_kv.new_empty(a_kv.shape[0], b_vh.shape[1])
+    for s in range(0, a_kv.shape[0], rows):
+        torch.mm(a_kv[s : s + rows], b_vh, out=out[s : s + rows])
+    return out
+
+
+def _weight_grad(g_kv: Tensor, h_kh: Tensor, rows: int) -> Tensor:
+    """g^T @ h [V, H] in g's dtype: one cuBLAS call (fp32 accumulation inside, one rounding)
+    when g fits one, else per block of `rows` rows, summed in fp32 (as the recompute path
+    sums its chunks)."""
+    if g_kv.shape[0] <= rows:
+        return g_kv.t() @ h_kh
+    acc = torch.zeros(g_kv.shape[1], h_kh.shape[1], dtype=torch.float32, device=g_kv.device)
+    for s in range(0, g_kv.shape[0], rows):
+        acc += g_kv[s : s + rows].t() @ h_kh[s : s + rows]
+    return acc.to(g_kv.dtype)

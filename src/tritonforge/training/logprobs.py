@@ -288,8 +288,9 @@ def scored_logprobs(
     indices come from the host (batching.Scoring), so nothing here waits for the device."""
     h_kh = hidden_nh.index_select(0, src_k)
     if _keeps(ops, h_kh, lm_head_weight):
+        rows = head_keep.gemm_rows(lm_head_weight.shape[0])
         logp_k, ent_k = head_keep.KeptLogprobs.apply(
-            h_kh, lm_head_weight, targets_k, temperature, compute_entropy
+            h_kh, lm_head_weight, targets_k, temperature, compute_entropy, rows
         )
     else:
         logp_k, ent_k = _ChunkedLogprobs.apply(
