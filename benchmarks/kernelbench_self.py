@@ -8,7 +8,9 @@ Rows are written to --out after every judgement; a later call skips rows already
 and session walls add up. Summary fields: accepted, total, strict_decoy_rejected,
 strict_decoy_total, wall_s, candidates_per_min, peak_device_gib (device-wide, every process),
 spawn_warm_s (fork + CUDA init of a worker; the fork server is started before the clock and
-its start recorded apart), self_speedup median and
+its start recorded apart), by_variant (wall, judgements and judgements/min of the calls that ran
+one variant alone, e.g. `--variants hybrid`: the 200 self-judgements' own throughput),
+self_speedup median and
 percentiles, exceptions (every problem not accepted / decoy not rejected, with its reason),
 device_stats (memory budget and timing counters of the judge), one row per judgement.
 
@@ -63,6 +65,16 @@ def summarize(doc: dict[str, Any]) -> None:
     doc["strict_decoy_total"] = len(dec)
     doc["strict_decoy_rejected"] = sum(r["status"] == "reward_hack" for r in dec)
     doc["judgements"] = len(rows)
+    # throughput of one variant alone, from the calls that ran only it (`--variants hybrid`)
+    doc["by_variant"] = {}
+    for variant in VARIANTS:
+        alone = [x for x in doc["sessions"] if x.get("variants") == [variant]]
+        wall, n = sum(x["wall_s"] for x in alone), sum(x["rows"] for x in alone)
+        doc["by_variant"][variant] = {
+            "wall_s": round(wall, 2),
+            "judgements": n,
+            "per_min": round(60 * n / wall, 2) if wall else None,
+        }
     wall = doc.get("wall_s") or 0.0
     doc["candidates_per_min"] = round(60 * len(rows) / wall, 2) if wall else None
     speedups = [r["speedup"] for r in hyb if r["speedup"] is not None]
@@ -134,6 +146,7 @@ def main() -> int:
     header = {"benchmark": "kernelbench_self", "device": args.device, "size": args.size,
               "workers": args.workers, "levels": levels}  # fmt: skip
     out = bc.ResultFile(args.out, header, bc.retry_statuses(args))
+    out.session["variants"] = variants
     done = out.done()
     todo = [
         (f"{variant}:{p.id}", p, self_candidate(p.reference_src, decoy=variant != "hybrid"))

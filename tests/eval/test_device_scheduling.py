@@ -15,6 +15,7 @@ The judge's out-of-memory errors are injected (the CPU has no device-memory erro
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -311,3 +312,37 @@ def test_admission_serialises_what_does_not_fit_together(builtin) -> None:
     assert all(v.status is Status.CORRECT for v in verdicts), [v.message for v in verdicts]
     waited = [v.phase_seconds.get("admission_wait", 0.0) for v in verdicts]
     assert sum(w > 0 for w in waited) >= 1, waited
+
+
+def test_timing_process_loads_each_case_once_and_falls_back_from_a_failed_shared_map(
+    builtin, monkeypatch
+) -> None:
+    """The timing process gets a case's inputs with `ref_load` only, named by the case's ident;
+    when it cannot map a shared device buffer (here: a CPU process offered one), the judge sends
+    the same load again through the memfd and stops offering shared buffers."""
+    from tritonforge.evaluation.judge import ref_timer
+
+    offered: list[str] = []
+    real_carry = ref_timer.RefTimer._carry
+
+    def offer_once(self, case):
+        if self.sharing:  # what a GPU judge sends: a descriptor and a `shared_inputs` field
+            offered.append(case.ident)
+            return {"shared_inputs": {"nbytes": 8, "size": 8}}, [os.dup(case.fd)], None
+        return real_carry(self, case)
+
+    monkeypatch.setattr(ref_timer.RefTimer, "_carry", offer_once)
+    p = builtin["relu"]
+    with Evaluator(_settings()) as ev:
+        timer = ev.resources("cpu").timer
+        timer.sharing = True
+        v = ev.evaluate(p, p.solution_src)
+        assert v.status is Status.CORRECT, v.message
+        assert v.speedup is not None, v.notes
+        assert len(offered) == 1 and timer.sharing is False  # one offer, then memfds
+        assert "timer_send" in v.phase_seconds  # (a CPU case's memfd exists already: ~0 s)
+        for part in ("timer_build", "timer_inputs", "timer_calls", "cases", "timed_rounds"):
+            assert v.phase_seconds.get(part, 0) > 0, (part, v.phase_seconds)
+        again = ev.evaluate(p, p.solution_src)  # the same timing case: not loaded again
+        assert again.status is Status.CORRECT and "timer_send" not in again.phase_seconds
+        assert list(timer.cases.values()) == offered  # the offered case, loaded by memfd

@@ -5,7 +5,8 @@ its own PID namespace (where legacy CUDA IPC handles fail); the judge using the 
 for a sandboxed worker (token round trip, verdict equal to the memfd transport's); an output
 that does not fit the shared output buffer (the worker falls back to a memfd; the verdict is
 the shape mismatch, not a protocol error); a candidate that writes its input seen as
-input_mutated. Does not cover: layout and validation (tests/unit/test_transport.py, on CPU).
+input_mutated; the timing process taking a case's inputs through a shared buffer (no host
+memfd made) and falling back to the memfd when sharing fails. Does not cover: layout and validation (tests/unit/test_transport.py, on CPU).
 """
 
 from __future__ import annotations
@@ -151,3 +152,38 @@ def test_output_larger_than_the_shared_buffer_is_a_shape_mismatch(gpu_judge: Eva
 def test_writing_the_shared_input_is_input_mutated(gpu_judge: Evaluator) -> None:
     v = gpu_judge.evaluate(_relu(), _WRITES_INPUT)
     assert v.status is Status.INPUT_MUTATED, f"{v.status.value} {v.rule}: {v.message[:500]}"
+
+
+def _problem(name: str):
+    return next(p for p in load_suite("builtin", size="cpu") if p.name == name)
+
+
+def test_timing_process_takes_a_case_through_a_shared_buffer(gpu_judge: Evaluator) -> None:
+    problem = _problem("sigmoid")  # not timed by another test of this module: loaded here
+    v = gpu_judge.evaluate(problem, problem.solution_src)
+    assert v.status is Status.CORRECT, v.message
+    assert v.speedup is not None and 0.5 < v.speedup < 2.0, v.speedup
+    timer = gpu_judge.resources("cuda:0").timer
+    assert timer.sharing, "the timing process could not map the shared buffer"
+    assert "timer_send" in v.phase_seconds and "timer_inputs" in v.phase_seconds
+    ref = gpu_judge.refs.reference(problem, "cuda:0")
+    case = gpu_judge.refs.case(ref, gpu_judge.seed(problem, 1000), "native")
+    assert case.ident in timer.cases.values()
+    assert case._fd < 0, "a host memfd was made for the timing case"
+
+
+def test_timing_process_falls_back_to_a_memfd(monkeypatch) -> None:
+    from tritonforge.evaluation.judge import ref_timer
+    from tritonforge.evaluation.sandbox.devshare import DevShareError
+
+    def refuse(device, case):
+        raise DevShareError("cuMemCreate failed: CUDA_ERROR_NOT_SUPPORTED")
+
+    monkeypatch.setattr(ref_timer, "export_inputs", refuse)
+    problem = _problem("tanh")
+    s = EvalSettings(device="cuda", correctness_trials=2, perf_trials=10)
+    with Evaluator(s) as ev:
+        v = ev.evaluate(problem, problem.solution_src)
+        assert v.status is Status.CORRECT, v.message
+        assert v.speedup is not None
+        assert ev.resources("cuda:0").timer.sharing is False

@@ -2,13 +2,15 @@
 
 Covers: every clock the settings accept is registered and the two agree; on the CPU every clock
 falls back to host time; the verdict names the device clock both sides used, and falls back to
-host times when the sides disagree; trials that outlasted the device lead are noted per side.
+host times when the sides disagree; trials that outlasted the device lead are noted per side; long calls get fewer trials
+(perf_round_ms), and the verdict says so.
 Does not cover: the lead on a real device (tests/gpu/test_timing_lead_gpu.py).
 """
 
 from __future__ import annotations
 
 import gc
+import time
 from typing import get_args
 
 import torch
@@ -16,7 +18,7 @@ import torch
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.gpu_timing import Rounds, _fill
 from tritonforge.evaluation.sandbox.protocol import CLOCKS, DEVICE_CLOCKS
-from tritonforge.evaluation.sandbox.timing_loop import run_trials
+from tritonforge.evaluation.sandbox.timing_loop import MIN_TRIALS, fitting, run_trials
 from tritonforge.types import Status, Verdict
 
 
@@ -107,3 +109,46 @@ def test_no_finalizer_of_a_call_runs_between_calls() -> None:
         assert depth == 1 or what != "finalizer", fired  # only ever inside a call
     gc.collect()
     assert fired.count("finalizer") == 9 * 50
+
+
+def test_long_calls_get_fewer_trials_within_the_round_budget() -> None:
+    """perf_round_ms: warmup stops once it used the budget (after two calls) and the trials are
+    cut to what fits at the fastest warmup call's time, never below MIN_TRIALS; a short call, or
+    no budget, keeps every trial."""
+    x = torch.ones(8)
+    calls: list[int] = []
+
+    def slow(t: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        time.sleep(0.02)
+        return t
+
+    t = run_trials(slow, [x], 5, 50, "host", None, lambda: None, budget_ms=60.0)
+    assert 2 <= len(t.times) <= 3, len(t.times)  # 60 ms / ~20 ms per call
+    assert len(calls) - len(t.times) == 3  # warmup: 20 + 20 + 20 ms reaches 60 ms
+    assert len(run_trials(slow, [x], 1, 4, "host", None, lambda: None).times) == 4
+    assert (
+        len(run_trials(torch.relu, [x], 2, 50, "host", None, lambda: None, budget_ms=60.0).times)
+        == 50
+    )
+    assert fitting(50, 250.0, 185.0) == MIN_TRIALS == 2
+    assert fitting(10, 250.0, 25.0) == 10 and fitting(10, 250.0, 40.0) == 6
+    assert fitting(10, 0.0, 185.0) == 10 and fitting(10, 250.0, float("inf")) == 10
+
+
+def test_fewer_trials_than_asked_are_noted() -> None:
+    v = Verdict(status=Status.CORRECT)
+    r = _rounds({"cuda_events"})
+    r.asked = 3
+    _fill(v, r, 200)
+    assert not any("fewer trials" in n for n in v.notes)
+    r.asked = 9
+    _fill(v, r, 200)
+    assert any("fewer trials (perf_round_ms): 3 of the candidate, 3 of the reference, of 9" in n
+               for n in v.notes), v.notes  # fmt: skip
+
+
+def test_the_kernelbench_presets_time_every_trial() -> None:
+    assert EvalSettings().perf_round_ms > 0
+    for name in ("kernelbench", "tritonforge"):
+        assert EvalSettings.from_preset(name).perf_round_ms == 0.0

@@ -96,6 +96,13 @@ class EvalSettings(Section):
     perf_rounds: int = Field(
         5, ge=1, description="candidate/reference timings interleaved in rounds"
     )
+    perf_round_ms: float = Field(
+        250.0,
+        ge=0,
+        description="device time a side's timed calls may take per round: calls longer than "
+        "this / (perf_trials / perf_rounds) get fewer trials (at least 2 per round; warmup "
+        "likewise stops once it has used this much); 0: always perf_trials",
+    )
     compile_baseline: bool = Field(
         False,
         description="also time torch.compile(reference) (compiled once per problem in the "
@@ -244,6 +251,7 @@ PRESET_FIELDS = (
     "require_custom_kernel",
     "min_custom_share",
     "perf_trials",
+    "perf_round_ms",
     "compile_baseline",
     "max_plausible_speedup",
     "implausible_speedup",
@@ -272,6 +280,7 @@ PRESETS: dict[str, Preset] = {
             "tolerances": dict(_LOOSE),
             "atol_scale": "none",
             "perf_trials": 100,
+            "perf_round_ms": 0.0,  # every trial, however long
             "compile_baseline": False,
             "max_plausible_speedup": 10.0,
             "implausible_speedup": "flag",
@@ -295,6 +304,7 @@ PRESETS: dict[str, Preset] = {
             "atol_scale": "none",
             "require_custom_kernel": True,
             "perf_trials": 100,
+            "perf_round_ms": 0.0,
             "compile_baseline": True,
             "implausible_speedup": "flag",
             "reward": "tritonforge_original",

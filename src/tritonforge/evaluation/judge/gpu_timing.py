@@ -62,6 +62,7 @@ class Rounds:
     signatures: list[str] = field(default_factory=list)  # every timed call's, first ones too
     clocks: set[str] = field(default_factory=set)
     exposed: dict[str, int] = field(default_factory=dict)  # host-bound trials, by side
+    asked: int = 0  # timed trials per side asked for (long calls get fewer: perf_round_ms)
 
 
 def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
@@ -119,7 +120,7 @@ def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) 
     s = run.settings
     timer: RefTimer = res.timer
     per_round = max(2, s.perf_trials // s.perf_rounds)
-    out = Rounds()
+    out = Rounds(asked=per_round * s.perf_rounds - 1)
     with res.gate.exclusive() as waited, _on(run.device):
         run.waited += waited
         deadline += waited
@@ -135,8 +136,9 @@ def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) 
                     out.signatures += [str(x) for x in reply.get("signatures") or []][:per_round]
                 else:
                     reply = timer.time(
-                        key, side == "comp", case, warm, per_round, s.timing_clock, budget
-                    )
+                        key, side == "comp", case, (warm, per_round, s.perf_round_ms),
+                        s.timing_clock, budget,
+                    )  # fmt: skip
                 getattr(out, side).extend(_floats(reply.get("times_ms"))[skip:])
                 getattr(out, f"{side}_host").extend(_floats(reply.get("host_ms"))[skip:])
                 out.clocks.add(str(reply.get("clock", "host")))
@@ -168,6 +170,7 @@ def _candidate_round(
         **carry,
         "warmup": warm,
         "trials": trials,
+        "budget_ms": run.settings.perf_round_ms,
         "clock": run.settings.timing_clock,
     }
     reply, extra = run.call(msg, carry_fds, budget, "timing")
@@ -202,6 +205,11 @@ def _fill(v: Verdict, r: Rounds, samples: int) -> None:
         v.notes.append(
             f"timing: {n} timed call(s) of the {_SIDES[side]} outlasted the device lead "
             "(host-bound: its launch gaps are counted)"
+        )
+    if r.asked and min(len(cand), len(base)) < r.asked:
+        v.notes.append(
+            f"timing: long calls, fewer trials (perf_round_ms): {len(cand)} of the candidate, "
+            f"{len(base)} of the reference, of {r.asked} asked"
         )
     v.runtime, v.ref_runtime = stats(cand, False), stats(base, False)
     if v.runtime.median_ms > 0:

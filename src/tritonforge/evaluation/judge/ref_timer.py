@@ -33,6 +33,8 @@ from tritonforge.evaluation.judge.admission import (
 from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.reference import INIT_SEED, Case, Reference
 from tritonforge.evaluation.judge.session import Session, describe_exit
+from tritonforge.evaluation.judge.transport import close_shared, export_inputs
+from tritonforge.evaluation.sandbox.devshare import DevShareError, ExportedBuffer
 from tritonforge.evaluation.sandbox.protocol import ProtocolError, pack
 from tritonforge.logging_setup import get_logger
 
@@ -76,6 +78,8 @@ class RefTimer:
         self.entries: OrderedDict[str, int] = OrderedDict()  # key -> device bytes, LRU first
         self.compiled: set[str] = set()
         self.pins: Counter[str] = Counter()  # key -> evaluations between prepare and release
+        self.cases: dict[str, str] = {}  # key -> ident of the case its timing inputs came from
+        self.sharing = device != "cpu"  # inputs through shared device buffers (else memfds)
         self.starts = 0
         self.deaths = 0
 
@@ -104,6 +108,7 @@ class RefTimer:
             except (RuntimeError, OSError) as exc:
                 raise TimerDied(f"the reference timing process did not start: {exc}") from None
             self.entries.clear()
+            self.cases.clear()
             self.compiled.clear()
             self.starts += 1
         return self.session
@@ -136,6 +141,7 @@ class RefTimer:
             log.warning("reference timing process on %s lost: %s (%s)", self.device, why, ended)
         self.session = None
         self.entries.clear()
+        self.cases.clear()
         self.compiled.clear()
         return ended
 
@@ -148,12 +154,14 @@ class RefTimer:
         phases: dict[str, float] | None = None,
     ) -> str:
         """Load `ref` (and its compiled version if asked) with `case` as its timing inputs,
-        unless already loaded; returns its key. Raises TimerDied or ReferenceUnusable.
-        `phases` gets the seconds of a load's parts: `timer_memfd` (the inputs' host copy),
-        `timer_build`, `timer_inputs` (mapped into the process) and `timer_calls` (first calls)."""
+        unless already loaded with that case; returns its key. Raises TimerDied,
+        ReferenceUnusable or JudgeOutOfMemory. `phases` gets the seconds of a load's parts:
+        `timer_send` (the inputs handed over: a device-to-device copy into a shared buffer, or
+        a host memfd), `timer_build`, `timer_inputs` (mapped in the process), `timer_calls`."""
         key = timer_key(ref)
         with self.lock:
-            if key in self.entries and (key in self.compiled or not compile_baseline):
+            loaded = key in self.entries and self.cases.get(key) == case.ident
+            if loaded and (key in self.compiled or not compile_baseline):
                 self.entries.move_to_end(key)
                 self.pins[key] += 1
                 return key
@@ -164,32 +172,81 @@ class RefTimer:
             ):
                 if not self._drop_oldest():
                     break  # every loaded reference is in use: admission has counted them
+            reply = self._load(ref, case, compile_baseline, budget, phases)
+            _check(reply, "loading the reference in the timing process")
+            if phases is not None:
+                for part, x in (reply.get("seconds") or {}).items():
+                    if isinstance(x, (int, float)) and part in ("build", "inputs", "calls"):
+                        phases[f"timer_{part}"] = phases.get(f"timer_{part}", 0.0) + float(x)
+            self.entries[key] = need
+            self.cases[key] = case.ident
+            self.pins[key] += 1
+            if compile_baseline:
+                self.compiled.add(key)
+            return key
+
+    def _load(
+        self,
+        ref: Reference,
+        case: Case,
+        compile_baseline: bool,
+        budget: float,
+        phases: dict[str, float] | None,
+    ) -> dict[str, Any]:
+        """The `ref_load` request (caller holds the lock); once more through a memfd when the
+        process could not map the shared buffer."""
+        for _ in range(2):
+            t = time.monotonic()
+            carry, fds, buf = self._carry(case)
+            if phases is not None:
+                phases["timer_send"] = phases.get("timer_send", 0.0) + time.monotonic() - t
             init_desc, init_fd = pack(ref.init_inputs)
             msg = {
                 "op": "ref_load",
-                "key": key,
+                "key": timer_key(ref),
                 "source": ref.problem.reference_src,
                 "init_inputs": init_desc,
                 "init_seed": INIT_SEED,
                 "device": "cpu" if self.device == "cpu" else "cuda:0",
                 "compile": compile_baseline,
                 "inputs": case.desc,
+                "case": case.ident,
+                **carry,
             }
-            t = time.monotonic()
-            fd = os.dup(case.fd)
-            made = time.monotonic() - t
-            reply = self._request(msg, [init_fd, fd], budget)
-            _check(reply, "loading the reference in the timing process")
-            if phases is not None:
-                phases["timer_memfd"] = phases.get("timer_memfd", 0.0) + made
-                for part, x in (reply.get("seconds") or {}).items():
-                    if isinstance(x, (int, float)) and part in ("build", "inputs", "calls"):
-                        phases[f"timer_{part}"] = phases.get(f"timer_{part}", 0.0) + float(x)
-            self.entries[key] = need
-            self.pins[key] += 1
-            if compile_baseline:
-                self.compiled.add(key)
-            return key
+            try:
+                reply = self._request(msg, [init_fd, *fds], budget)
+            finally:
+                if buf is not None:  # the process mapped it (or failed to): our side goes
+                    close_shared(self.device, buf)
+            if not reply.get("shared_error"):
+                return reply
+            self._no_sharing(str(reply["shared_error"]))
+        return reply
+
+    def _carry(self, case: Case) -> tuple[dict[str, Any], list[int], ExportedBuffer | None]:
+        """How `case`'s inputs reach the process: a shared device buffer filled by one
+        device-to-device copy (kept by the process as its timing inputs), else the case's memfd
+        (a device-to-host copy here, host-to-device there: seconds for a 16 GiB input)."""
+        if self.sharing and case.packed is not None and case.desc["size"] > 0:
+            try:
+                buf = export_inputs(self.device, case)
+            except DevShareError as exc:
+                if "OUT_OF_MEMORY" in str(exc):
+                    raise JudgeOutOfMemory("sharing inputs with the timing process", exc) from exc
+                self._no_sharing(str(exc))
+            else:
+                shared = {"nbytes": buf.nbytes, "size": buf.size}
+                try:
+                    return {"shared_inputs": shared}, [buf.share()], buf
+                except BaseException:
+                    close_shared(self.device, buf)
+                    raise
+        return {}, [os.dup(case.fd)], None
+
+    def _no_sharing(self, why: str) -> None:
+        if self.sharing:
+            log.warning("timing process on %s: inputs through host memfds (%s)", self.device, why)
+        self.sharing = False
 
     def release(self, key: str) -> None:
         """The evaluation that prepared `key` is done timing it: it may be evicted again."""
@@ -203,16 +260,16 @@ class RefTimer:
         key: str,
         compiled: bool,
         case: Case,
-        warmup: int,
-        trials: int,
+        counts: tuple[int, int, float],
         clock: str,
         budget: float,
     ) -> dict[str, Any]:
         """One timing request for a loaded reference (eager or compiled); the reply."""
         with self.lock:
             msg = {"op": "time", "key": key, "compiled": compiled, "inputs": case.desc,
-                   "warmup": warmup, "trials": trials, "clock": clock}  # fmt: skip
-            reply = self._request(msg, [os.dup(case.fd)], budget)
+                   "case": case.ident, "warmup": counts[0], "trials": counts[1],
+                   "budget_ms": counts[2], "clock": clock}  # fmt: skip
+            reply = self._request(msg, [], budget)  # the inputs `prepare` loaded
             _check(reply, "timing the reference")
             return reply
 
@@ -229,6 +286,7 @@ class RefTimer:
         if key not in self.entries or self.session is None:
             return
         self.entries.pop(key)
+        self.cases.pop(key, None)
         self.compiled.discard(key)
         try:
             self._request({"op": "ref_drop", "key": key}, [], 30.0)
@@ -251,6 +309,7 @@ class RefTimer:
                 self.session.close(wait_s=5.0)
             self.session = None
             self.entries.clear()
+            self.cases.clear()
             self.compiled.clear()
 
 

@@ -23,6 +23,7 @@ import fcntl
 import hashlib
 import mmap
 import os
+import secrets
 import threading
 import types
 from collections import OrderedDict
@@ -119,6 +120,7 @@ class Case:
         stat_runs: list[list[tuple[float, float, float, int]]] | None = None,
     ):
         self.inputs, self.expected, self.desc = inputs, expected, desc
+        self.ident = secrets.token_hex(8)  # names this case to the timing process
         # nondeterministic reference: the statistics of several runs (problem_check.randomness)
         self.stat_runs = stat_runs
         self.nbytes, self.device_bytes, self.packed = nbytes, device_bytes, packed

@@ -84,13 +84,16 @@ class DeviceResources:
         """Hold one evaluation's device bytes; yields the seconds waited. A problem seen for
         the first time has its first case built (`first_case`) under a reservation estimated on
         the meta device, which measures its footprint. Raises admission.DoesNotFit."""
+        first_wait = 0.0
         if ref.footprint is None:
-            with self.budget.reserve(case_build_bytes(meta_footprint(ref)), alone=alone):
+            with self.budget.reserve(case_build_bytes(meta_footprint(ref)), alone=alone) as g:
+                first_wait = g.waited
                 first_case()
         assert ref.footprint is not None  # measured by the first case
         try:
             need = evaluation_bytes(ref.footprint, self.context_bytes)
             with self.budget.reserve(need, alone=alone) as grant:
+                grant.waited += first_wait  # both waits are the evaluation's admission wait
                 yield grant
         finally:
             self.release_slack()

@@ -184,12 +184,7 @@ class Transport:
         self.inp_t = self.out_t = None  # the views go before the mappings
         for buf in (self.inp, self.out):
             if buf is not None:
-                try:
-                    with judge_device(self.device):
-                        torch.cuda.synchronize(buf.device)
-                        buf.close()
-                except (DevShareError, RuntimeError) as exc:
-                    log.warning("releasing a shared buffer failed: %s", exc)
+                close_shared(self.device, buf)
         self.inp = self.out = self.inp_t = self.out_t = None
         self.active = False
 
@@ -204,3 +199,32 @@ def _tensor_ids(node: Any) -> list[int]:
     for child in children or []:
         out.extend(_tensor_ids(child))
     return out
+
+
+def export_inputs(device: str, case: Case) -> ExportedBuffer:
+    """A new shared device buffer holding `case`'s packed inputs (one device-to-device copy,
+    complete on return), for the device's trusted timing process. The caller closes it with
+    `close_shared` once the process has mapped it; the memory lives on in that mapping."""
+    assert case.packed is not None
+    size = case.desc["size"]
+    with judge_device(device):
+        buf = ExportedBuffer(device, size)
+        try:
+            whole = buf.tensor(whole=True)
+            whole[size:].zero_()  # the granule's tail: nothing of the judge's beyond the inputs
+            whole[:size].copy_(case.packed)
+            torch.cuda.synchronize(buf.device)
+        except BaseException:
+            buf.close()
+            raise
+    return buf
+
+
+def close_shared(device: str, buf: ExportedBuffer) -> None:
+    """Release the judge's side of a shared buffer (its pending copies complete first)."""
+    try:
+        with judge_device(device):
+            torch.cuda.synchronize(buf.device)
+            buf.close()
+    except (DevShareError, RuntimeError) as exc:
+        log.warning("releasing a shared buffer failed: %s", exc)

@@ -320,3 +320,10 @@ class ImportedBuffer(_Mapping):
             raise
         finally:
             os.close(fd)
+
+    def __del__(self) -> None:
+        # no view is left (each tensor keeps its mapping's owner alive): unmap and release
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown, or a driver already gone
+            pass

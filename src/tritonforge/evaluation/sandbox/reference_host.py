@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from tritonforge.evaluation.sandbox.devshare import DevShareError
+
 
 @dataclass
 class Loaded:
@@ -101,6 +103,9 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
             raise
         w.references.pop(key, None)
         w.timing_inputs.pop(key, None)
+        if isinstance(exc, DevShareError):  # the judge sends the inputs again, by memfd
+            w.reply({"ok": False, "shared_error": f"{type(exc).__name__}: {exc}"[:500]})
+            return
         w.fail(exc, "reference")
         return
     finally:

@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 from tritonforge.evaluation.sandbox import audit, outputs, reference_host, sealed
-from tritonforge.evaluation.sandbox.protocol import CLOCKS
+from tritonforge.evaluation.sandbox.protocol import CLOCKS, unpack_buffer
 from tritonforge.types import Status
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
@@ -240,6 +240,9 @@ class Timed:
     exposed: int = 0
 
 
+MIN_TRIALS = 2  # timed calls per request, however long the call (the first of a timing is dropped)
+
+
 def run_trials(
     fn: Callable[..., Any],
     inputs: list[Any],
@@ -249,16 +252,27 @@ def run_trials(
     flush: torch.Tensor | None,
     sync: Callable[[], None],
     around: Around = _NO_AROUND,
+    budget_ms: float = 0.0,
 ) -> Timed:
     """Warmup calls, then the timed trials. `around` is called before and after each call,
-    warmup or timed (`after(outputs, timed)`): the worker's audit of the call. An exception ends
-    the trials (the caller resets the audit's state)."""
+    warmup or timed (`after(outputs, timed)`): the worker's audit of the call. With `budget_ms`
+    > 0, warmup stops once it has taken that long (after at least two calls) and the trials are
+    cut to what fits in it at the fastest warmup call's time (at least MIN_TRIALS). An exception
+    ends the trials (the caller resets the audit's state)."""
     c = CLOCKS.get(clock, CLOCKS["host"])
     events = c.events and torch.cuda.is_initialized()
     lead = events and c.lead and _SLEEP is not None and _EVENT_WAIT is not None
     name = clock if events and lead == c.lead else ("cuda_events_idle" if events else "host")
     with _no_gc():
-        return _run(fn, inputs, (warmup, trials), name, lead, flush, sync, around)
+        return _run(fn, inputs, (warmup, trials, budget_ms), name, lead, flush, sync, around)
+
+
+def fitting(trials: int, budget_ms: float, call_ms: float) -> int:
+    """How many of `trials` calls of `call_ms` fit in `budget_ms` (0: no budget), at least
+    MIN_TRIALS (never more than asked)."""
+    if budget_ms <= 0 or not 0 < call_ms < float("inf"):
+        return trials
+    return min(trials, max(MIN_TRIALS, int(budget_ms / call_ms)))
 
 
 def _run(
@@ -272,22 +286,30 @@ def _run(
     around: Around,
 ) -> Timed:
     """`run_trials` under clock `name` (the one actually used), the collector off."""
-    warmup, trials = counts
+    warmup, trials, budget_ms = counts
     events = name != "host"
     if lead:
         _prepare_lead(sync)
     overhead = host_overhead_ms(sync, lead) if events else 0.0
     out = Timed([], [], name)
     with _NO_GRAD():
-        enqueue = []
-        for _ in range(warmup):
+        enqueue: list[float] = []
+        spent, call_ms = 0.0, float("inf")
+        for i in range(warmup):
             around[0]()
             t = _PERF_NS()
             result = fn(*inputs)
             enqueue.append((_PERF_NS() - t) / 1e6)
             _GC_OFF()
             around[1](result, False)
+            if budget_ms > 0:  # each warmup call completes: the fastest sizes the trials
+                sync()  # (the fastest: a first call may still compile or autotune)
+                took = (_PERF_NS() - t) / 1e6
+                spent, call_ms = spent + took, min(call_ms, took)
+                if spent >= budget_ms and i >= 1:
+                    break
         sync()
+        trials = fitting(trials, budget_ms, call_ms if enqueue else 0.0)
         if lead:  # the first warmup call compiles; later ones show the steady launch cost
             steady = max(enqueue[1:] or enqueue or [0.0])
             out.lead_ms = min(LEAD_MAX_MS, max(LEAD_MIN_MS, LEAD_FACTOR * steady + _waits_ms()))
@@ -356,6 +378,7 @@ def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
         timed = run_trials(
             fn, inputs, int(msg.get("warmup", 3)), int(msg.get("trials", 10)),
             str(msg.get("clock", "host")), w.flush, w._sync, (before, after),
+            float(msg.get("budget_ms") or 0.0),
         )  # fmt: skip
     except BaseException as exc:
         audit.STATE.active = audit.STATE.light = False
@@ -370,17 +393,43 @@ def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
 
 
 def timing_inputs(w: Any, key: str, msg: dict[str, Any], fds: list[int]) -> list[Any]:
-    """Every timing round sends the same case (the same memfd, dup'ed): reuse the device copy
-    made for model `key` ("" = the candidate). The cache key names the memfd itself, not only
-    the tensors' geometry. Closes `fds`."""
-    ident = f"{os.fstat(fds[0]).st_ino}:{json.dumps(msg['inputs'], sort_keys=True)}" if fds else ""
+    """The device copy of a timing case, made once per case and model `key` ("" = the
+    candidate), reused by every round. The timing process's references name their case
+    (`case`, the judge's ident): its inputs come with `ref_load` only, through a shared device
+    buffer (`shared_inputs`: kept mapped as the inputs themselves) or a memfd. The candidate's
+    come with each request; their cache key names the memfd itself, not only the tensors'
+    geometry. Closes `fds`."""
+    if key and "case" in msg:
+        ident = f"case:{msg['case']}"
+    else:
+        ident = (
+            f"{os.fstat(fds[0]).st_ino}:{json.dumps(msg['inputs'], sort_keys=True)}" if fds else ""
+        )
     held = w.timing_inputs.get(key)
     if ident and held is not None and held[0] == ident:
         for fd in fds:
             os.close(fd)
         return held[1]
+    if key and "case" in msg and not fds:
+        raise ValueError(f"the timing inputs of case {msg['case']} were never loaded for {key}")
     w.timing_inputs.pop(key, None)  # the old copy goes before the new one is made
-    inputs = w._inputs(msg, fds)  # views of the shared buffer when there are no fds
+    if msg.get("shared_inputs") and fds:
+        inputs = _shared_inputs(w, msg, fds)
+    else:
+        inputs = w._inputs(msg, fds)  # views of the shared buffer when there are no fds
     if ident:
         w.timing_inputs[key] = (ident, inputs)
     return inputs
+
+
+def _shared_inputs(w: Any, msg: dict[str, Any], fds: list[int]) -> list[Any]:
+    """Views of the judge's shared device buffer (the timing process only: it is trusted and
+    the judge gave up its side): the mapping is released when the last view is gone."""
+    from tritonforge.evaluation.sandbox.devshare import ImportedBuffer
+
+    want = msg["shared_inputs"]
+    fd, rest = fds[0], fds[1:]
+    for extra in rest:
+        os.close(extra)
+    buf = ImportedBuffer(fd, w.device, int(want["nbytes"]), int(want["size"]))
+    return list(unpack_buffer(msg["inputs"], buf.tensor(), True, copy=False))
