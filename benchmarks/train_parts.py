@@ -166,6 +166,21 @@ def time_steps(step: Callable[[], Any], device, warmup: int, steps: int, deadlin
     return {"times": times, "first_step_s": round(first or 0.0, 2), "last": out}
 
 
+def host_prep_ms(trainer: Any, batch: list[Any], repeats: int = 3) -> float:
+    """Median host time of what a step does before its first kernel: the sequences checked
+    and packed into micro-batches (nothing moves to the device). The benchmark syncs before
+    each step, so the device idles for this long at the start of every timed step."""
+    from tritonforge.training.batching import prepare_sequences
+
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        seqs, _ = prepare_sequences(batch, trainer.cfg.batch)
+        trainer.core.micro_batches(seqs)
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1e3, 2)
+
+
 def summarize(times: list[float], tokens: int, fl: tuple[float, float], peaks: dict) -> dict:
     if not times:
         return {"status": "no_timed_steps"}

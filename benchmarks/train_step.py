@@ -50,17 +50,20 @@ def run_trainer(args, shape: str, config, device, v: dict, deadline: float, ctx:
         out = tp.summarize(res["times"], ctx["tokens"], ctx["flops"], ctx["peaks"])
         out.update(loss=m.loss, grad_norm=m.grad_norm, entropy=m.loss_metrics.get("entropy"),
                    first_step_s=res["first_step_s"], peak_mem_gib=tp.peak_gib(device),
-                   settings=v, dynamo=tp.dynamo_counters())  # fmt: skip
+                   host_prep_ms=tp.host_prep_ms(trainer, batch), settings=v,
+                   dynamo=tp.dynamo_counters())  # fmt: skip
         if v.get("profile"):
-            out["profile"] = tp.guarded(_profile, args, shape, device, trainer, batch)
+            out["profile"] = tp.guarded(_profile, args, shape, device, trainer, batch, v)
         return out
     finally:
         trainer = lm = None  # frees the model before the next variant
         tp.reset_memory(device)
 
 
-def _profile(args, shape: str, device, trainer, batch) -> dict:
-    path = args.out_dir / f"profile_{shape}.txt"
+def _profile(args, shape: str, device, trainer, batch, v: dict) -> dict:
+    name = v.get("name", "fast")
+    suffix = "" if name == "fast" else f"_{name}"  # the fast path keeps its file name
+    path = args.out_dir / f"profile_{shape}{suffix}.txt"
     with tp.profiled(True, device, path):
         trainer.train_step(batch)
         tp.sync(device)
@@ -116,12 +119,17 @@ def best_config(args, attn: dict, micro: int) -> dict:
 
 def first_shape_variants(args, attn: dict) -> tuple[list, list]:
     """(essential, extra) variants of the first shape; extras run after the other shapes.
-    `agree` marks the variant whose configuration the agreement check runs."""
+    `agree` marks the variant whose configuration the agreement check runs (True: the first of
+    them that runs; "own": this one as well, under `agreement_<name>`)."""
     best = best_config(args, attn, args.big_micro)
     round1 = {"compile": args.compile, "micro_tokens": args.micro_tokens, "head": "compiled",
               "uniform": attn["uniform"], "ragged": attn["ragged"]}  # fmt: skip
     essential = [
         ("fast", {**best, "profile": args.profile, "agree": True}),
+        (
+            "fast_keep_logits",
+            {**best, "head": "triton_keep", "profile": args.profile, "agree": "own"},
+        ),
         ("fast_compiled_head", {**best, "head": "compiled", "chunk": args.chunk, "agree": True}),
         ("fast_half_micro", {**best, "micro_tokens": args.big_micro // 2, "agree": True}),
     ]  # same shapes first: a new micro-batch size recompiles the layers (then dynamic)
@@ -142,11 +150,25 @@ def other_shape_ladder(
     and Adam states leave about 70 GB; its activations are ~100 KB per token and layer)."""
     micro = args.seq if shape == "4b" else args.micro_tokens
     base = {**best_config(args, attn, micro), "compile": args.compile if compile_ok else "off"}
-    if head != "triton":  # the Triton head failed on the first shape
+    if head == "compiled":  # the Triton head failed on the first shape
         base.update(head=head, chunk=args.chunk)
+    else:
+        base["head"] = head
     n_layers = tp.SHAPES[shape]["num_hidden_layers"]
     ladder = [base, {**base, "ckpt": n_layers // 2}, {**base, "ckpt": n_layers}]
     return ladder[1:] if shape == "4b" else ladder
+
+
+def ladder_head(results: dict) -> str:
+    """The lm head the other shapes run: triton_keep where keeping the logits made the first
+    shape's step faster than recomputing them, triton where the Triton head ran there (or ran
+    out of memory), else compiled."""
+    fast, keep = results.get("fast", {}), results.get("fast_keep_logits", {})
+    if keep.get("status") == "ok" and keep["step_s"] < fast.get("step_s", float("inf")):
+        return "triton_keep"
+    ran = ("ok", "oom")
+    triton = ("fast", "fast_half_micro", "fast_keep_logits")
+    return "triton" if any(results.get(k, {}).get("status") in ran for k in triton) else "compiled"
 
 
 def _context(args, shape: str, report: dict) -> tuple[Any, dict, dict]:
@@ -187,6 +209,7 @@ def run_variants(args, shape, device, report, variants, with_naive: bool) -> Non
         if _no_time(args, deadline, v):
             res["results"][name] = {"status": "skipped_time"}
             continue
+        v = {**v, "name": name}
         out = res["results"][name] = tp.guarded(
             run_trainer, args, shape, config, device, v, _deadline(args, deadline), ctx
         )
@@ -198,13 +221,20 @@ def run_variants(args, shape, device, report, variants, with_naive: bool) -> Non
                     run_trainer, args, shape, config, device, v, _deadline(args, deadline), ctx
                 )
                 write(args, report)
-        agreed = res.get("agreement", {}).get("status") == "ok"
-        if v and v.get("agree") and out.get("status") == "ok" and not agreed:
-            if args.deadline - time.monotonic() > 30:
-                res["agreement"] = {**tp.guarded(agreement, args, config, device, v),
-                                    "variant": name}  # fmt: skip
-                write(args, report)
+        _check_agreement(args, config, device, report, res, name, v, out)
     res["verdict"] = verdict(res["results"], args)
+
+
+def _check_agreement(args, config, device, report, res, name, v, out) -> None:
+    """The agreement check of variant `name` where its `agree` asks for one (see
+    first_shape_variants) and it ran, with 30 s of the run left."""
+    key = "agreement" if v and v.get("agree") is True else f"agreement_{name}"
+    wanted = bool(v and v.get("agree")) and out.get("status") == "ok"
+    if not wanted or res.get(key, {}).get("status") == "ok":
+        return
+    if args.deadline - time.monotonic() > 30:
+        res[key] = {**tp.guarded(agreement, args, config, device, v), "variant": name}
+        write(args, report)
 
 
 def _retry_attention(args, report: dict, v: dict) -> dict | None:
@@ -339,10 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             results = report["shapes"].get(first, {}).get("results", {})
             names = ("fast", "fast_default_attention", "fast_half_micro", "fast_compiled_head")
             statuses = {results[k].get("status") for k in names if k in results}
-            triton_ok = any(results.get(k, {}).get("status") in ("ok", "oom")
-                            for k in ("fast", "fast_half_micro"))  # fmt: skip
-            job = (run_ladder, (attn, bool(statuses & {"ok", "oom"}),
-                                "triton" if triton_ok else "compiled"))  # fmt: skip
+            job = (run_ladder, (attn, bool(statuses & {"ok", "oom"}), ladder_head(results)))
         else:
             essential, extra = first_shape_variants(args, attn)
             job = (run_variants, (essential if kind == "essential" else extra, kind == "essential"))
@@ -368,7 +395,7 @@ def summary(report: dict) -> str:
                     "mfu_vs_matmul", "peak_mem_gib", "first_step_s")  # fmt: skip
             vals = " ".join(f"{k}={r.get(k)}" for k in keys if k in r)
             lines.append(f"{shape} {name:22s} {vals} {r.get('error', '')[:200]}")
-        for key in ("agreement", "verdict", "errors"):
+        for key in [k for k in res if k.startswith("agreement")] + ["verdict", "errors"]:
             if key in res:
                 lines.append(f"{shape} {key}: {json.dumps(res[key], default=str)[:600]}")
     return "\n".join(lines)

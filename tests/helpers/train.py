@@ -49,3 +49,16 @@ def trajectories(n: int = 6, seed: int = 0, version: int = 0) -> list[Trajectory
         out.append(Trajectory(problem_id=f"p{i}", prompt_ids=ids[:p], token_ids=ids, loss_mask=mask,
                               rollout_logprobs=lp, advantages=adv, turns=turns, policy_version=version))  # fmt: skip
     return out
+
+
+def lm_head_case(vocab: int = 5000, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """An lm-head case over a vocabulary that is not a multiple of the Triton kernels' blocks:
+    (hidden [2, 45, 24] fp32, weight [vocab, 24] bf16, both requiring grad, targets [2, 45]
+    with six ignored, upstream gradients of log-probs and entropies [2, 45])."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(2, 45, 24, generator=g).requires_grad_(True)
+    weight = (torch.randn(vocab, 24, generator=g) * 0.3).bfloat16().requires_grad_(True)
+    targets = torch.randint(0, vocab, (2, 45), generator=g)
+    targets[0, :6] = -100
+    g_logp, g_ent = torch.randn(2, 45, generator=g), torch.randn(2, 45, generator=g)
+    return hidden, weight, targets, g_logp, g_ent

@@ -28,18 +28,24 @@ def test_tiny_benchmark_runs_every_phase(tmp_path: Path) -> None:
     assert backends["loop"]["ok"] and backends["sdpa"]["ok"]
     assert report["attention"]["chosen"] == {"uniform": "sdpa", "ragged": "loop"}
     tiny = report["shapes"]["tiny"]
-    expected = {"naive_micro1", "fast", "fast_half_micro", "fast_compiled_head", "fast_round1",
-                "packed_eager", "fast_pure_bf16", "trainer_before"}  # fmt: skip
+    expected = {"naive_micro1", "fast", "fast_keep_logits", "fast_half_micro",
+                "fast_compiled_head", "fast_round1", "packed_eager", "fast_pure_bf16",
+                "trainer_before"}  # fmt: skip
     assert set(tiny["results"]) == expected
     for name, res in tiny["results"].items():
         assert res["status"] == "ok", (name, res)
         assert len(res["step_s_all"]) == 2 and res["tokens_per_s"] > 0
+        assert name == "naive_micro1" or res["host_prep_ms"] > 0
     assert tiny["agreement"]["pass"] is True and tiny["agreement"]["grads_missing"] == []
     assert tiny["agreement"]["variant"] == "fast"
+    kept = tiny["agreement_fast_keep_logits"]  # its own check (the CPU runs the eager head)
+    assert kept["variant"] == "fast_keep_logits" and kept["pass"] is True
+    assert tiny["results"]["fast_keep_logits"]["settings"]["head"] == "triton_keep"
     best = tiny["verdict"]["best_config"]  # what a user puts in the trainer config
     assert best["model"]["dtype"] == "bf16" and "micro_batch_tokens" in best["batch"]
     assert tiny["results"]["fast"]["profile"]["status"] == "ok"
     assert (tmp_path / "profile_tiny.txt").read_text().strip()
+    assert (tmp_path / "profile_tiny_fast_keep_logits.txt").read_text().strip()
     assert tiny["verdict"]["best"] in expected
     assert report["shapes"]["tiny2"]["results"]["fast_try0"]["status"] == "ok"
 
@@ -81,3 +87,21 @@ def test_other_shapes_keep_the_head_that_worked_on_the_first() -> None:
     assert triton[0]["head"] == "triton" and triton[0]["where"] == "optimizer"
     assert compiled[0]["head"] == "compiled" and compiled[0]["chunk"] == args.chunk
     assert ts.other_shape_ladder(args, "4b", attn, True)[0]["ckpt"] == 18
+    kept = ts.other_shape_ladder(args, "1.7b", attn, True, "triton_keep")
+    assert kept[0]["head"] == "triton_keep" and kept[0]["chunk"] == args.big_chunk
+
+
+@pytest.mark.parametrize(
+    "results,head",
+    [({"fast": {"status": "ok", "step_s": 1.0},
+       "fast_keep_logits": {"status": "ok", "step_s": 0.9}}, "triton_keep"),
+     ({"fast": {"status": "ok", "step_s": 1.0},
+       "fast_keep_logits": {"status": "ok", "step_s": 1.1}}, "triton"),
+     ({"fast": {"status": "error"}, "fast_keep_logits": {"status": "oom"}}, "triton"),
+     ({"fast": {"status": "error"}, "fast_keep_logits": {"status": "error"}}, "compiled")],
+)  # fmt: skip
+def test_other_shapes_keep_logits_only_where_that_was_faster(results, head) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import train_step as ts
+
+    assert ts.ladder_head(results) == head

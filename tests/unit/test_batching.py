@@ -119,3 +119,59 @@ def test_dummy_micro_batch_scores_nothing():
     assert mb.num_tokens == 0 and mb.mask.sum() == 0 and mb.seq_index == []
     assert mb.input_ids.tolist() == [[7, 7]]
     assert mb.to(torch.device("cpu")).targets.tolist() == [[7, 7]]
+
+
+@pytest.mark.parametrize(
+    "mask,scored",
+    [([], 0), ([1], 0), ([1, 0, 1, 1], 2), ([0, 1.0, 0.0, 2, True, False], 3), ([0, 0, 0], 0)],
+)
+def test_num_scored_counts_the_nonzero_mask_after_the_first_token(mask, scored):
+    s = TrainSequence(list(range(len(mask))), mask)
+    assert s.num_scored == scored == sum(1 for m in mask[1:] if m)
+
+
+def test_collate_finds_the_scored_positions_on_the_host():
+    a = TrainSequence([5, 6, 7, 8], [0, 1, 1, 0])
+    b = TrainSequence([9, 10, 11], [0, 0, 1], index=1)
+    sc = collate([a, b], pad_id=0).scoring
+    # [B, L] = [2, 3]: scored (0, 0), (0, 1), (1, 1)
+    assert sc.src.tolist() == sc.dst.tolist() == [0, 1, 4]
+    assert sc.targets.tolist() == [6, 7, 11]
+    assert sc.src.data_ptr() != sc.dst.data_ptr()  # separate tensors, as of_padded makes
+
+
+@pytest.mark.parametrize("packing", [True, False])
+@pytest.mark.parametrize(
+    "ids,mask,bad",
+    [([1, 2, 512, 3], [0, 1, 1, 1], True),  # an input id past the vocabulary
+     ([1, -2, 3, 4], [0, 0, 1, 1], True),  # a negative input id
+     ([1, 2, 3, 600], [0, 1, 1, 1], True),  # the last token, scored
+     ([1, 2, 3, -7], [0, 1, 1, 1], True),  # negative and scored: not "unscored"
+     ([1, 2, 3, 600], [0, 1, 1, 0], False),  # the last token, unscored: never read
+     ([0, 2, 511, 4], [0, 1, 1, 1], False)],
+)  # fmt: skip
+def test_the_trainer_refuses_ids_outside_the_vocabulary(tiny_core, packing, ids, mask, bad):
+    """Checked on the host micro-batches (training.core.check_vocabulary): every id the device
+    reads, named by its sequence; the vocabulary is 512."""
+    tiny_core.policy.packing = packing
+    good = TrainSequence([1, 2, 3, 4, 5], [0, 1, 1, 1, 1], index=0)
+    seqs = [good, TrainSequence(ids, mask, index=1)]
+    if bad:
+        with pytest.raises(ValueError, match="sequence 1: a token id is outside the vocabulary"):
+            tiny_core.micro_batches(seqs)
+    else:
+        assert sum(mb.num_tokens for mb in tiny_core.micro_batches(seqs)) == 4 + sum(mask[1:])
+
+
+@pytest.fixture(scope="module")
+def tiny_core():
+    from helpers.train import tiny_lm
+    from tritonforge.config.train import DistConfig, ModelConfig, OptimConfig
+    from tritonforge.training.core import TrainCore
+
+    core = TrainCore(
+        ModelConfig(dtype="fp32"), OptimConfig(), BatchConfig(), DistConfig(), lm=tiny_lm()
+    )
+    packing = core.policy.packing
+    yield core
+    core.policy.packing = packing

@@ -8,25 +8,17 @@ imported: the comparison runs in a subprocess (this file as a script)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from helpers.interpret import run_interpreted
+from helpers.train import lm_head_case
+
 
 def _compare() -> dict:
-    import torch
-
     from tritonforge.training.logprobs import EAGER, TRITON, chunked_token_logprobs
 
-    g = torch.Generator().manual_seed(0)
-    hidden = torch.randn(2, 45, 24, generator=g).requires_grad_(True)
-    weight = (torch.randn(5000, 24, generator=g) * 0.3).bfloat16().requires_grad_(True)
-    targets = torch.randint(0, 5000, (2, 45), generator=g)
-    targets[0, :6] = -100
-    g_logp, g_ent = torch.randn(2, 45, generator=g), torch.randn(2, 45, generator=g)
+    hidden, weight, targets, g_logp, g_ent = lm_head_case()
     report: dict = {}
     for with_ent in (True, False):
         outs = []
@@ -46,12 +38,7 @@ def _compare() -> dict:
 
 
 def test_triton_head_matches_eager_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).parent)}
-    proc = subprocess.run(
-        [sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_interpreted(__file__)
     for case, errs in report.items():
         for name, err in errs.items():
             # the same fp32 math (exp and sums may differ in the last bits); the logits'

@@ -150,11 +150,13 @@ class BatchConfig(Section):
     chunk_tokens: int = Field(
         1024, ge=1, description="Tokens per lm-head chunk (memory ~ chunk x vocab fp32)."
     )
-    lm_head: Literal["auto", "eager", "compiled", "triton"] = Field(
+    lm_head: Literal["auto", "eager", "compiled", "triton", "triton_keep"] = Field(
         "auto",
         description="The lm head's passes over each chunk's logits: eager torch, compiled "
         "(inductor), or triton (one Triton pass each way around cuBLAS matmuls; CUDA only); "
-        "auto = compiled when the model compiles, else eager.",
+        "triton_keep: triton with a micro-batch's bf16 logits kept from forward to backward "
+        "(no recompute; scored tokens x vocab x 2 bytes) whenever the device has room, else "
+        "as triton; auto = compiled when the model compiles, else eager.",
     )
 
 

@@ -76,8 +76,11 @@ class TrainSequence:
 
     @property
     def num_scored(self) -> int:
-        """Model tokens that get a loss (mask of tokens 1..T-1)."""
-        return sum(1 for m in self.loss_mask[1:] if m)
+        """Model tokens that get a loss (nonzero mask of tokens 1..T-1). Counted in C
+        (`list.count`): a Python loop over 8 x 8192 tokens took ~3 ms per call, on the step's
+        path before the device has work, and a step calls it three times."""
+        mask = self.loss_mask
+        return max(len(mask) - 1, 0) - mask[1:].count(0)
 
     def check(self) -> None:
         n = len(self.token_ids)
@@ -261,11 +264,12 @@ def collate(seqs: Sequence[TrainSequence], pad_id: int = 0) -> MicroBatch:
         if rollout is not None:
             rollout[r, :n] = np.asarray(s.rollout_logprobs, dtype=np.float32)[1:] * m
     t = torch.from_numpy
-    targets_t = t(targets)
+    scored = np.flatnonzero(targets.reshape(-1) >= 0)  # numpy: a third of torch's nonzero time
+    scoring = Scoring(t(scored), t(scored.copy()), t(targets.reshape(-1)[scored]))
     return MicroBatch(
-        t(input_ids), t(attn), targets_t, t(mask), t(adv), t(rollout) if has_rollout else None,
+        t(input_ids), t(attn), t(targets), t(mask), t(adv), t(rollout) if has_rollout else None,
         [s.index for s in seqs], int(mask.sum()), int((mask.sum(-1) > 0).sum()), int(attn.sum()),
-        Scoring.of_padded(targets_t),
+        scoring,
     )  # fmt: skip
 
 

@@ -54,6 +54,7 @@ from tritonforge.training.packing import make_packed_micro_batches, pack_micro_b
 __all__ = [
     "MetricSums",
     "TrainCore",
+    "check_vocabulary",
     "frozen_logprobs",
     "gather_rows",
     "make_policy",
@@ -126,15 +127,14 @@ class TrainCore:
         max count over ranks (FSDP needs every rank to run the same number of forwards and
         backwards)."""
         cfg, vocab = self.batch_cfg, self.lm.get_output_embeddings().weight.shape[0]
-        for s in seqs:  # checked here, on the host: on the device it would be a sync or a crash
-            if s.token_ids and not 0 <= min(s.token_ids) <= max(s.token_ids) < vocab:
-                raise ValueError(f"sequence {s.index}: a token id is outside the vocabulary")
         if self.policy.packing:
             mbs = make_packed_micro_batches(
                 seqs, cfg.micro_batch_tokens, self.pad_id, cfg.pack_multiple
             )
         else:
             mbs = make_micro_batches(seqs, cfg.micro_batch_tokens, self.pad_id)
+        for mb in mbs:
+            check_vocabulary(mb, vocab)
         if self.ctx.distributed:
             n = torch.tensor([len(mbs)], device=self.ctx.device)
             target = int(all_reduce_max(n, self.ctx).item())
@@ -214,6 +214,18 @@ class TrainCore:
         state = ckpt.load_checkpoint(path, self.policy, self.optimizer, self.scheduler, self.ctx)
         self.optim_steps = int(state["extra"].get("optim_steps", 0))
         return state
+
+
+def check_vocabulary(mb: MicroBatch, vocab: int) -> None:
+    """Every id the device will read (inputs, scored targets) is in [0, vocab); else a
+    ValueError naming the sequence. On the host micro-batch: on the device a bad id would be
+    a sync (to check) or a crash (an embedding or gather out of bounds). The unscored last
+    token of a sequence is never read, so it is not checked."""
+    bad = (mb.input_ids < 0) | (mb.input_ids >= vocab) | (mb.targets >= vocab)
+    bad |= (mb.mask > 0) & (mb.targets < 0)  # a negative id would pass as "not scored"
+    if bool(bad.any()):
+        row = int(bad.any(dim=1).nonzero()[0, 0])
+        raise ValueError(f"sequence {mb.seq_index[row]}: a token id is outside the vocabulary")
 
 
 def use_compile(cfg: ModelConfig, device: torch.device) -> bool:

@@ -6,8 +6,11 @@ compute each chunk's logits in the lm-head weight's dtype, upcast only that chun
 logsumexp/softmax, and in backward recompute the chunk's logits (a custom autograd Function), so
 memory beyond the inputs is O(chunk_tokens * V), never O(B * T * V). The per-chunk functions run
 eagerly (`EAGER`) or under torch.compile (`compiled_ops`), where each chunk is a matmul plus a
-few fused passes over its logits. `token_logprobs_from_logits` / `entropy_from_logits` serve
-small cases where logits already exist.
+few fused passes over its logits, or as cuBLAS matmuls around Triton passes (`TRITON`).
+`TRITON_KEEP` trades the bounded memory for speed: where the device has room and a backward
+will follow, the micro-batch's bf16 logits [K, V] are computed once and kept for the backward
+(training.head_keep). `token_logprobs_from_logits` / `entropy_from_logits` serve small cases
+where logits already exist.
 Does not cover: running the model body, shifting inputs to targets (the caller passes
 `targets[b, t]` = the token predicted from `hidden[b, t]`), or unsharding FSDP weights (call this
 where the lm-head weight is a full tensor).
@@ -23,10 +26,13 @@ from dataclasses import dataclass
 
 import torch
 
+from tritonforge.training import head_keep
+
 __all__ = [
     "EAGER",
     "HEADS",
     "TRITON",
+    "TRITON_KEEP",
     "ChunkOps",
     "chunked_token_logprobs",
     "compiled_ops",
@@ -90,10 +96,15 @@ def _chunk_backward(
 
 @dataclass(frozen=True)
 class ChunkOps:
-    """The per-chunk forward and backward: plain eager functions or torch.compile'd ones."""
+    """The per-chunk forward and backward: plain eager functions or torch.compile'd ones.
+
+    `keep` (the Triton ops only): a predicate (rows, vocab, dtype, device) -> bool; where it
+    holds, a micro-batch that needs gradients runs in one piece with its logits kept for
+    backward instead (training.head_keep), else chunked with recompute."""
 
     forward: Callable[..., tuple[Tensor, Tensor, Tensor]]
     backward: Callable[..., tuple[Tensor, Tensor]]
+    keep: Callable[[int, int, torch.dtype, torch.device], bool] | None = None
 
 
 EAGER = ChunkOps(_chunk_forward, _chunk_backward)
@@ -141,16 +152,19 @@ def _triton_backward(
 
 
 TRITON = ChunkOps(_triton_forward, _triton_backward)
-HEADS = ("eager", "compiled", "triton")
+TRITON_KEEP = ChunkOps(_triton_forward, _triton_backward, keep=head_keep.logits_fit)
+HEADS = ("eager", "compiled", "triton", "triton_keep")
 
 
 def head_ops(name: str, compiled: bool, device: torch.device) -> ChunkOps:
     """The lm head's chunk functions by name: eager, compiled (inductor), triton (training.
-    head_kernels; CUDA only: elsewhere the automatic choice); auto = compiled when the layers
-    are compiled, else eager."""
-    if name == "triton" and device.type == "cuda":
-        return TRITON
-    if name == "compiled" or (name in ("auto", "triton") and compiled):
+    head_kernels), triton_keep (triton, the logits kept from forward to backward where the
+    device has room: training.head_keep); the Triton ones on CUDA only, elsewhere the automatic
+    choice; auto = compiled when the layers are compiled, else eager."""
+    triton_ops = {"triton": TRITON, "triton_keep": TRITON_KEEP}
+    if name in triton_ops and device.type == "cuda":
+        return triton_ops[name]
+    if name == "compiled" or (name in ("auto", *triton_ops) and compiled):
         return compiled_ops()
     return EAGER
 
@@ -273,12 +287,26 @@ def scored_logprobs(
     valid `targets_k`, written at `dst_k` of flat [out_numel] outputs (zeros elsewhere). The
     indices come from the host (batching.Scoring), so nothing here waits for the device."""
     h_kh = hidden_nh.index_select(0, src_k)
-    logp_k, ent_k = _ChunkedLogprobs.apply(
-        h_kh, lm_head_weight, targets_k, chunk_tokens, temperature, compute_entropy, ops
-    )
+    if _keeps(ops, h_kh, lm_head_weight):
+        rows = head_keep.gemm_rows(lm_head_weight.shape[0])
+        logp_k, ent_k = head_keep.KeptLogprobs.apply(
+            h_kh, lm_head_weight, targets_k, temperature, compute_entropy, rows
+        )
+    else:
+        logp_k, ent_k = _ChunkedLogprobs.apply(
+            h_kh, lm_head_weight, targets_k, chunk_tokens, temperature, compute_entropy, ops
+        )
     logp = logp_k.new_zeros(out_numel).index_copy(0, dst_k, logp_k)
     ent = ent_k.new_zeros(out_numel).index_copy(0, dst_k, ent_k) if compute_entropy else None
     return logp, ent
+
+
+def _keeps(ops: ChunkOps, h_kh: Tensor, weight_vh: Tensor) -> bool:
+    """Whether this call keeps its logits: ops that can, a backward to come, and room."""
+    grads = torch.is_grad_enabled() and (h_kh.requires_grad or weight_vh.requires_grad)
+    if ops.keep is None or not grads:
+        return False
+    return ops.keep(h_kh.shape[0], weight_vh.shape[0], weight_vh.dtype, weight_vh.device)
 
 
 def token_logprobs_from_logits(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:

@@ -101,9 +101,9 @@ def pack_micro_batch(
     ids[:real] = mb.input_ids[mb.attention_mask > 0]
     starts = np.cumsum([0, *docs])
     pos = np.arange(total) - np.repeat(starts[:-1], docs)
-    rows, cols = (mb.targets >= 0).nonzero(as_tuple=True)
+    dst = mb.scoring.dst  # collate's scored positions in the [B, L] layout
     offsets = torch.from_numpy(starts[:-1][: len(seqs)].astype(np.int64))
-    scoring = Scoring(offsets[rows] + cols, rows * mb.shape[1] + cols, mb.targets[rows, cols])
+    scoring = Scoring(offsets[dst // mb.shape[1]] + dst % mb.shape[1], dst, mb.scoring.targets)
     cu = torch.from_numpy(starts.astype(np.int32))
     uniform = docs[0] if len(set(docs)) == 1 else 0
     packed = PackedInputs(
