@@ -346,3 +346,30 @@ def test_timing_process_loads_each_case_once_and_falls_back_from_a_failed_shared
         again = ev.evaluate(p, p.solution_src)  # the same timing case: not loaded again
         assert again.status is Status.CORRECT and "timer_send" not in again.phase_seconds
         assert list(timer.cases.values()) == offered  # the offered case, loaded by memfd
+
+
+def test_a_reference_reloaded_with_another_case_is_timed_on_its_own_case(builtin) -> None:
+    """Two evaluations of one problem whose timing cases are different Case objects (the case
+    cache evicted the first and the second built it again): the second's `prepare` reloads the
+    reference, still pinned by the first, with its own case. The first's `time` then named a
+    case the timing process no longer held, which ended the process (every loaded reference
+    lost, the timing retried); now the request carries its case's inputs in place of the
+    other's, and the second's timing does the same in turn."""
+    p = builtin["relu"]
+    with Evaluator(_settings()) as ev:
+        timer = ev.resources("cpu").timer
+        ref = ev.refs.reference(p, "cpu")
+        seed = ev.seed(p, 1000)
+        first = ev.refs.case(ref, seed, "native")
+        ev.refs.clear()  # evicted, as under memory pressure: the next one is built again
+        second = ev.refs.case(ref, seed, "native")
+        assert first.ident != second.ident
+        key = timer.prepare(ref, first, False, 60.0)
+        assert timer.prepare(ref, second, False, 60.0) == key and timer.cases[key] == second.ident
+        for case in (first, second, second, first):
+            reply = timer.time(key, False, case, (1, 3, 0.0), "host", 60.0)
+            assert reply["ok"] and len(reply["times_ms"]) == 3
+            assert timer.cases[key] == case.ident
+        assert timer.starts == 1 and timer.deaths == 0, "the timing process never ended"
+        timer.release(key)
+        timer.release(key)

@@ -264,13 +264,28 @@ class RefTimer:
         clock: str,
         budget: float,
     ) -> dict[str, Any]:
-        """One timing request for a loaded reference (eager or compiled); the reply."""
+        """One timing request for a loaded reference (eager or compiled); the reply. The inputs
+        are those `prepare` loaded, unless another evaluation's `prepare` has since loaded this
+        reference with another case (a rebuilt one: the case cache had evicted it): then this
+        case's inputs go with the request, in place of the other's."""
         with self.lock:
             msg = {"op": "time", "key": key, "compiled": compiled, "inputs": case.desc,
                    "case": case.ident, "warmup": counts[0], "trials": counts[1],
                    "budget_ms": counts[2], "clock": clock}  # fmt: skip
-            reply = self._request(msg, [], budget)  # the inputs `prepare` loaded
+            fds: list[int] = []
+            buf = None
+            if key in self.entries and self.cases.get(key) != case.ident:
+                self._request({"op": "ref_drop", "key": key, "inputs_only": True}, [], 30.0)
+                self.cases.pop(key, None)  # (the other's inputs are gone before these come)
+                carry, fds, buf = self._carry(case)
+                msg.update(carry)
+            try:
+                reply = self._request(msg, fds, budget)
+            finally:
+                if buf is not None:  # mapped by the process (or not): our side goes
+                    close_shared(self.device, buf)
             _check(reply, "timing the reference")
+            self.cases[key] = case.ident
             return reply
 
     def _drop_oldest(self) -> bool:

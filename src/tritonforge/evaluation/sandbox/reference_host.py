@@ -115,9 +115,11 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
 
 
 def drop(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
-    """`ref_drop`: forget a loaded reference and its inputs, and return the memory."""
+    """`ref_drop`: forget a loaded reference and its inputs (only its inputs with
+    `inputs_only`: others are coming), and return the memory."""
     key = str(msg.get("key", ""))
-    w.references.pop(key, None)
+    if not msg.get("inputs_only"):
+        w.references.pop(key, None)
     w.timing_inputs.pop(key, None)
     gc.collect()
     if w.device.startswith("cuda"):

@@ -344,7 +344,24 @@ def _waits_ms() -> float:
 
 
 def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
-    """Timed trials of the worker's candidate, or (timing process) of a loaded reference `key`."""
+    """Timed trials of the worker's candidate, or (timing process) of a loaded reference `key`.
+    The reply goes after a device-wide synchronize that follows the release of every object of
+    the request (inputs, the last call's outputs: their finalizers are the candidate's code),
+    with the collector off from there until the next request arrives (`w.resume_gc`,
+    Worker.loop): device work queued after the reply would run during the other side's round,
+    in the timing process (another context, time-sliced with this one), and be counted there."""
+    if _GC_ENABLED():
+        _GC_OFF()
+        w.resume_gc = True
+    reply = _timed(w, msg, fds)  # None: answered already (a failure)
+    _GC_OFF()  # (a finalizer may have reached gc and turned it back on)
+    if reply is not None:
+        w._sync()
+        w.reply(reply)
+
+
+def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None:
+    """`time_op` up to its reply, which it returns; its inputs and outputs are gone on return."""
     key = str(msg.get("key") or "")
     fn = w.model if not key else reference_host.callable_of(w, key, msg)
     if fn is None:
@@ -352,7 +369,7 @@ def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
             os.close(fd)
         w.reply({"ok": False, "status": Status.INTERNAL_ERROR.value,
                  "message": f"nothing loaded under {key!r}"})  # fmt: skip
-        return
+        return None
     inputs = timing_inputs(w, key, msg, fds)
     if w.device.startswith("cuda") and w.flush is None:
         w.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=w.device)
@@ -385,11 +402,11 @@ def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
         if isinstance(exc, KeyboardInterrupt):
             raise
         w.fail(exc, "timing")
-        return
-    w.reply({"ok": True, "times_ms": timed.times, "host_ms": timed.hosts, "clock": timed.clock,
-             "lead_ms": timed.lead_ms, "exposed": timed.exposed,
-             "launches": launches, "signatures": signatures,
-             "audit": w._audit_extra()})  # fmt: skip
+        return None
+    return {"ok": True, "times_ms": timed.times, "host_ms": timed.hosts, "clock": timed.clock,
+            "lead_ms": timed.lead_ms, "exposed": timed.exposed,
+            "launches": launches, "signatures": signatures,
+            "audit": w._audit_extra()}  # fmt: skip
 
 
 def timing_inputs(w: Any, key: str, msg: dict[str, Any], fds: list[int]) -> list[Any]:

@@ -19,6 +19,7 @@ Does not cover: isolation (isolation.py, applied before `main`), judging (judge/
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import socket
@@ -55,6 +56,8 @@ from tritonforge.evaluation.sandbox.protocol import (
 )
 from tritonforge.types import Status
 
+_GC_ON = gc.enable  # captured in the fork server, before any candidate exists
+
 
 class Worker:
     def __init__(self, sock: socket.socket, spec: dict[str, Any], report: Any):
@@ -74,6 +77,7 @@ class Worker:
         self.references_profiled = False
         self.shared_in: torch.Tensor | None = None  # the judge's shared device buffers
         self.shared_out: torch.Tensor | None = None
+        self.resume_gc = False  # a `time` request turned the collector off until the next one
 
     # -- helpers -----------------------------------------------------------------------------
     def reply(self, obj: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -352,6 +356,9 @@ class Worker:
         }
         while True:
             msg, fds = self.reader.recv(None)
+            if self.resume_gc:  # off since the last `time` request's reply (timing_loop.time_op)
+                self.resume_gc = False
+                _GC_ON()
             op = msg.get("op")
             if op == "exit":
                 self.reply({"ok": True})
