@@ -1,7 +1,8 @@
 """The `time` op of a worker: the same code times candidates and references.
 
 Covers: `time_op` (the op: which model, which inputs, the audit around each call, the reply),
-`timing_inputs` (the device copy of a timing case, made once per memfd and model), and
+`timing_inputs` (timing_inputs.py: the device copy of a timing case, made once per case and
+model), and
 `run_trials` (warmup, then per trial: L2 flush, device-wide synchronize, the call between
 two CUDA events and host timer reads, device-wide synchronize) under a clock of CLOCKS:
 - `cuda_events` (default): the call is queued behind a *lead*, a device-side sleep on the current
@@ -37,7 +38,6 @@ interleaving schedule and statistics (judge/gpu_timing.py, judge/timing.py).
 from __future__ import annotations
 
 import gc
-import json
 import os
 import statistics
 import time
@@ -49,7 +49,8 @@ from typing import Any
 import torch
 
 from tritonforge.evaluation.sandbox import audit, outputs, reference_host, sealed
-from tritonforge.evaluation.sandbox.protocol import CLOCKS, unpack_buffer
+from tritonforge.evaluation.sandbox.protocol import CLOCKS
+from tritonforge.evaluation.sandbox.timing_inputs import timing_inputs
 from tritonforge.types import Status
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
@@ -407,46 +408,3 @@ def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None
             "lead_ms": timed.lead_ms, "exposed": timed.exposed,
             "launches": launches, "signatures": signatures,
             "audit": w._audit_extra()}  # fmt: skip
-
-
-def timing_inputs(w: Any, key: str, msg: dict[str, Any], fds: list[int]) -> list[Any]:
-    """The device copy of a timing case, made once per case and model `key` ("" = the
-    candidate), reused by every round. The timing process's references name their case
-    (`case`, the judge's ident): its inputs come with `ref_load` only, through a shared device
-    buffer (`shared_inputs`: kept mapped as the inputs themselves) or a memfd. The candidate's
-    come with each request; their cache key names the memfd itself, not only the tensors'
-    geometry. Closes `fds`."""
-    if key and "case" in msg:
-        ident = f"case:{msg['case']}"
-    else:
-        ident = (
-            f"{os.fstat(fds[0]).st_ino}:{json.dumps(msg['inputs'], sort_keys=True)}" if fds else ""
-        )
-    held = w.timing_inputs.get(key)
-    if ident and held is not None and held[0] == ident:
-        for fd in fds:
-            os.close(fd)
-        return held[1]
-    if key and "case" in msg and not fds:
-        raise ValueError(f"the timing inputs of case {msg['case']} were never loaded for {key}")
-    w.timing_inputs.pop(key, None)  # the old copy goes before the new one is made
-    if msg.get("shared_inputs") and fds:
-        inputs = _shared_inputs(w, msg, fds)
-    else:
-        inputs = w._inputs(msg, fds)  # views of the shared buffer when there are no fds
-    if ident:
-        w.timing_inputs[key] = (ident, inputs)
-    return inputs
-
-
-def _shared_inputs(w: Any, msg: dict[str, Any], fds: list[int]) -> list[Any]:
-    """Views of the judge's shared device buffer (the timing process only: it is trusted and
-    the judge gave up its side): the mapping is released when the last view is gone."""
-    from tritonforge.evaluation.sandbox.devshare import ImportedBuffer
-
-    want = msg["shared_inputs"]
-    fd, rest = fds[0], fds[1:]
-    for extra in rest:
-        os.close(extra)
-    buf = ImportedBuffer(fd, w.device, int(want["nbytes"]), int(want["size"]))
-    return list(unpack_buffer(msg["inputs"], buf.tensor(), True, copy=False))
