@@ -81,7 +81,9 @@ def base_settings(mode: str = "strict", device: str = "cpu") -> EvalSettings:
 
 def cpu_timing_settings(**kw: Any) -> EvalSettings:
     """The timing path on the CPU (`time_on_cpu`; its numbers mean nothing): 2 correctness
-    trials, then 2 rounds of 1 warmup + 4 timed calls; `kw` overrides."""
+    trials, then 2 rounds of 1 warmup + 4 timed calls, exactly (`perf_round_ms` 0: interpreted
+    calls slowed by a loaded machine would otherwise get fewer trials, and tests count calls);
+    `kw` overrides."""
     base: dict[str, Any] = dict(
         device="cpu",
         time_on_cpu=True,
@@ -89,6 +91,7 @@ def cpu_timing_settings(**kw: Any) -> EvalSettings:
         perf_trials=8,
         perf_rounds=2,
         perf_warmup=1,
+        perf_round_ms=0.0,
         bootstrap_samples=200,
     )
     return EvalSettings(**{**base, **kw})
