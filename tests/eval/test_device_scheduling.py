@@ -314,24 +314,32 @@ def test_admission_serialises_what_does_not_fit_together(builtin) -> None:
     assert sum(w > 0 for w in waited) >= 1, waited
 
 
+def _offer_shared_buffers(monkeypatch) -> list[str]:
+    """While the timer offers sharing, send what a GPU judge sends (a descriptor and a
+    `shared_inputs` field) with the case's memfd behind it: a CPU process cannot map it.
+    Returns the idents of the cases offered."""
+    from tritonforge.evaluation.judge import ref_timer
+
+    offered: list[str] = []
+    real_carry = ref_timer.RefTimer._carry
+
+    def offer(self, case):
+        if self.sharing:
+            offered.append(case.ident)
+            return {"shared_inputs": {"nbytes": 8, "size": 8}}, [os.dup(case.fd)], None
+        return real_carry(self, case)
+
+    monkeypatch.setattr(ref_timer.RefTimer, "_carry", offer)
+    return offered
+
+
 def test_timing_process_loads_each_case_once_and_falls_back_from_a_failed_shared_map(
     builtin, monkeypatch
 ) -> None:
     """The timing process gets a case's inputs with `ref_load` only, named by the case's ident;
     when it cannot map a shared device buffer (here: a CPU process offered one), the judge sends
     the same load again through the memfd and stops offering shared buffers."""
-    from tritonforge.evaluation.judge import ref_timer
-
-    offered: list[str] = []
-    real_carry = ref_timer.RefTimer._carry
-
-    def offer_once(self, case):
-        if self.sharing:  # what a GPU judge sends: a descriptor and a `shared_inputs` field
-            offered.append(case.ident)
-            return {"shared_inputs": {"nbytes": 8, "size": 8}}, [os.dup(case.fd)], None
-        return real_carry(self, case)
-
-    monkeypatch.setattr(ref_timer.RefTimer, "_carry", offer_once)
+    offered = _offer_shared_buffers(monkeypatch)
     p = builtin["relu"]
     with Evaluator(_settings()) as ev:
         timer = ev.resources("cpu").timer
@@ -370,6 +378,32 @@ def test_a_reference_reloaded_with_another_case_is_timed_on_its_own_case(builtin
             reply = timer.time(key, False, case, (1, 3, 0.0), "host", 60.0)
             assert reply["ok"] and len(reply["times_ms"]) == 3
             assert timer.cases[key] == case.ident
+        assert timer.starts == 1 and timer.deaths == 0, "the timing process never ended"
+        timer.release(key)
+        timer.release(key)
+
+
+def test_a_case_resent_with_a_time_request_falls_back_from_a_failed_shared_map(
+    builtin, monkeypatch
+) -> None:
+    """The `time` request that carries its case (another evaluation reloaded the reference) goes
+    through the same fallback as a load: a process that cannot map the shared buffer answers
+    `shared_error` (it used to raise out of the op and end the process) and gets the memfd."""
+    offered = _offer_shared_buffers(monkeypatch)
+    p = builtin["relu"]
+    with Evaluator(_settings()) as ev:
+        timer = ev.resources("cpu").timer
+        ref = ev.refs.reference(p, "cpu")
+        first = ev.refs.case(ref, ev.seed(p, 1000), "native")
+        ev.refs.clear()
+        second = ev.refs.case(ref, ev.seed(p, 1000), "native")
+        key = timer.prepare(ref, first, False, 60.0)
+        timer.prepare(ref, second, False, 60.0)
+        timer.sharing = True  # offered again with the first's time request
+        reply = timer.time(key, False, first, (1, 3, 0.0), "host", 60.0)
+        assert reply["ok"] and len(reply["times_ms"]) == 3
+        assert offered == [first.ident] and timer.sharing is False
+        assert timer.cases[key] == first.ident
         assert timer.starts == 1 and timer.deaths == 0, "the timing process never ended"
         timer.release(key)
         timer.release(key)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,8 @@ class CandidateRun:
     device: str
     session: Session
     ref: Reference
-    phases: dict[str, float] = field(default_factory=dict)
+    # seconds per phase, the judge's and the worker's (a missing one counts 0: `+=` adds)
+    phases: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     records: list[dict[str, Any]] = field(default_factory=list)  # audit record of each trial
     notes: list[str] = field(default_factory=list)
     compiled: bool = False  # a kernel has launched (or, CUDA backend, the extension built and ran)

@@ -24,7 +24,7 @@ import secrets
 import shutil
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 import torch
@@ -259,9 +259,10 @@ class Evaluator:
         progress.debug("reference: building the problem's model and inputs on %s", device)
         t = time.monotonic()
         ref = self.refs.reference(problem, device)
-        judge: dict[str, float] = {}  # the judge's own phases (reference load, first case)
-        if time.monotonic() - t > 0.001:
-            judge["reference"] = time.monotonic() - t
+        judge: defaultdict[str, float] = defaultdict(float)  # its own: reference, first case
+        spent = time.monotonic() - t
+        if spent > 0.001:
+            judge["reference"] = spent
         res = self.resources(device)
         plan = self._plan(problem, source or "", s)
         try:
@@ -298,7 +299,7 @@ class Evaluator:
         plan,
         waited: float,
         preimports: list[str] | None = None,
-        judge: dict[str, float] | None = None,
+        judge: defaultdict[str, float] | None = None,
     ) -> tuple[Verdict, bool]:
         """The evaluation proper, with the device memory it needs reserved. `judge`: phases of
         the judge's own work so far (reference load, the first case when it measured the
@@ -306,7 +307,7 @@ class Evaluator:
         progress.debug("spawn: starting a sandboxed worker")
         scratch = None if s.sandbox != "rlimits" else private_scratch()
         spec = worker_spec(s, device, scratch)
-        phases = judge if judge is not None else {}
+        phases = judge if judge is not None else defaultdict(float)
         if waited > 0.001:
             phases["admission_wait"] = waited
         t = time.monotonic()
@@ -378,14 +379,14 @@ class Evaluator:
         run.notes += [str(n)[:300] for n in (reply.get("notes") or [])[:4]]
         return None
 
-    def case(self, phases: dict[str, float], ref: Any, seed: int, dist: str) -> Case:
+    def case(self, phases: defaultdict[str, float], ref: Any, seed: int, dist: str) -> Case:
         """A case of `ref` (built, or from the cache); the seconds it took, waits for the
         reference's lock and the device included, are added to `phases["cases"]`."""
         t = time.monotonic()
         try:
             return self.refs.case(ref, seed, dist)
         finally:
-            phases["cases"] = phases.get("cases", 0.0) + time.monotonic() - t
+            phases["cases"] += time.monotonic() - t
 
     def _plan(self, problem: Problem, source: str, s: EvalSettings) -> list[tuple[int, str]]:
         """Hidden seeds and input distributions of the trials, in an order varied per candidate."""
@@ -483,7 +484,7 @@ class Evaluator:
             waited, cpu_waited = run.waited, run.waited_s
             reply, fds = run.call(msg, carry_fds, budget, phase, total)
             spent = time.monotonic() - t - (run.waited - waited)  # waits for the gate: not its time
-            run.phases[phase] = run.phases.get(phase, 0.0) + spent
+            run.phases[phase] += spent
             if i > 0:  # nor its waits for a CPU
                 correctness_left -= spent - (run.waited_s - cpu_waited)
             # compiled: a kernel launched; for the CUDA backend the extension built at import
@@ -506,7 +507,7 @@ class Evaluator:
             reply["audit"]["custom_share"] = self.share(run, case, reply["audit"])
             run.records.append(reply["audit"])
             stop = self._check_trial(run, i, dist, reply, outputs, case)
-            run.phases["check"] = run.phases.get("check", 0.0) + time.monotonic() - t
+            run.phases["check"] += time.monotonic() - t
             if stop is not None:
                 if stop.status is Status.NUMERICAL_MISMATCH and run.device != "cpu":
                     stop.message += tf32_hint(run.source, case.expected)

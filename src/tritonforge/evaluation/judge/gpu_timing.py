@@ -108,7 +108,7 @@ def _timed_rounds(res: Any, run: CandidateRun, case: Case, deadline: float) -> R
         run.waited += waited
         t = time.monotonic()
         key = timer.prepare(run.ref, case, s.compile_baseline, left, run.phases)
-        run.phases["timer_load"] = run.phases.get("timer_load", 0.0) + time.monotonic() - t
+        run.phases["timer_load"] += time.monotonic() - t
     try:  # pinned: no other evaluation's prepare evicts it before it is timed
         return _rounds(res, run, case, deadline, key)
     finally:
@@ -145,7 +145,7 @@ def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) 
                 n = reply.get("exposed")
                 if isinstance(n, int) and not isinstance(n, bool) and n > 0:
                     out.exposed[side] = out.exposed.get(side, 0) + n
-        run.phases["timed_rounds"] = run.phases.get("timed_rounds", 0.0) + time.monotonic() - t
+        run.phases["timed_rounds"] += time.monotonic() - t
     return out
 
 

@@ -21,7 +21,7 @@ import hashlib
 import os
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -151,7 +151,7 @@ class RefTimer:
         case: Case,
         compile_baseline: bool,
         budget: float,
-        phases: dict[str, float] | None = None,
+        phases: defaultdict[str, float] | None = None,
     ) -> str:
         """Load `ref` (and its compiled version if asked) with `case` as its timing inputs,
         unless already loaded with that case; returns its key. Raises TimerDied,
@@ -177,7 +177,7 @@ class RefTimer:
             if phases is not None:
                 for part, x in (reply.get("seconds") or {}).items():
                     if isinstance(x, (int, float)) and part in ("build", "inputs", "calls"):
-                        phases[f"timer_{part}"] = phases.get(f"timer_{part}", 0.0) + float(x)
+                        phases[f"timer_{part}"] += float(x)
             self.entries[key] = need
             self.cases[key] = case.ident
             self.pins[key] += 1
@@ -191,30 +191,45 @@ class RefTimer:
         case: Case,
         compile_baseline: bool,
         budget: float,
-        phases: dict[str, float] | None,
+        phases: defaultdict[str, float] | None,
     ) -> dict[str, Any]:
-        """The `ref_load` request (caller holds the lock); once more through a memfd when the
-        process could not map the shared buffer."""
+        """The `ref_load` request (caller holds the lock)."""
+        init_desc, init_fd = pack(ref.init_inputs)
+        msg = {
+            "op": "ref_load",
+            "key": timer_key(ref),
+            "source": ref.problem.reference_src,
+            "init_inputs": init_desc,
+            "init_seed": INIT_SEED,
+            "device": "cpu" if self.device == "cpu" else "cuda:0",
+            "compile": compile_baseline,
+            "inputs": case.desc,
+            "case": case.ident,
+        }
+        try:
+            return self._with_inputs(msg, case, budget, lambda: [os.dup(init_fd)], phases)
+        finally:
+            os.close(init_fd)
+
+    def _with_inputs(
+        self,
+        msg: dict[str, Any],
+        case: Case,
+        budget: float,
+        lead: Callable[[], list[int]] = list,
+        phases: defaultdict[str, float] | None = None,
+    ) -> dict[str, Any]:
+        """`msg` sent with `case`'s inputs (caller holds the lock), after the descriptors
+        `lead()` makes: through a shared device buffer (the judge's side released once the
+        process answered) or the case's memfd; once more through the memfd when the process
+        could not map the buffer (it answers `shared_error`)."""
         for _ in range(2):
             t = time.monotonic()
             carry, fds, buf = self._carry(case)
             if phases is not None:
-                phases["timer_send"] = phases.get("timer_send", 0.0) + time.monotonic() - t
-            init_desc, init_fd = pack(ref.init_inputs)
-            msg = {
-                "op": "ref_load",
-                "key": timer_key(ref),
-                "source": ref.problem.reference_src,
-                "init_inputs": init_desc,
-                "init_seed": INIT_SEED,
-                "device": "cpu" if self.device == "cpu" else "cuda:0",
-                "compile": compile_baseline,
-                "inputs": case.desc,
-                "case": case.ident,
-                **carry,
-            }
+                phases["timer_send"] += time.monotonic() - t
             try:
-                reply = self._request(msg, [init_fd, *fds], budget)
+                reply = self._request({**msg, **carry}, [*lead(), *fds], budget)
             finally:
                 if buf is not None:  # the process mapped it (or failed to): our side goes
                     close_shared(self.device, buf)
@@ -272,18 +287,12 @@ class RefTimer:
             msg = {"op": "time", "key": key, "compiled": compiled, "inputs": case.desc,
                    "case": case.ident, "warmup": counts[0], "trials": counts[1],
                    "budget_ms": counts[2], "clock": clock}  # fmt: skip
-            fds: list[int] = []
-            buf = None
             if key in self.entries and self.cases.get(key) != case.ident:
                 self._request({"op": "ref_drop", "key": key, "inputs_only": True}, [], 30.0)
                 self.cases.pop(key, None)  # (the other's inputs are gone before these come)
-                carry, fds, buf = self._carry(case)
-                msg.update(carry)
-            try:
-                reply = self._request(msg, fds, budget)
-            finally:
-                if buf is not None:  # mapped by the process (or not): our side goes
-                    close_shared(self.device, buf)
+                reply = self._with_inputs(msg, case, budget)
+            else:
+                reply = self._request(msg, [], budget)
             _check(reply, "timing the reference")
             self.cases[key] = case.ident
             return reply

@@ -103,8 +103,8 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
             raise
         w.references.pop(key, None)
         w.timing_inputs.pop(key, None)
-        if isinstance(exc, DevShareError):  # the judge sends the inputs again, by memfd
-            w.reply({"ok": False, "shared_error": f"{type(exc).__name__}: {exc}"[:500]})
+        if isinstance(exc, DevShareError):
+            refuse_shared(w, exc)
             return
         w.fail(exc, "reference")
         return
@@ -112,6 +112,12 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
         for fd in case_fds:
             os.close(fd)
     w.reply({"ok": True, "cuda_init_s": cuda_init_s, "seconds": spent})
+
+
+def refuse_shared(w: Any, exc: DevShareError) -> None:
+    """The reply to a request whose shared input buffer could not be mapped here: the judge
+    sends the same request again with the inputs in a memfd (judge/ref_timer.py)."""
+    w.reply({"ok": False, "shared_error": f"{type(exc).__name__}: {exc}"[:500]})
 
 
 def drop(w: Any, msg: dict[str, Any], fds: list[int]) -> None:

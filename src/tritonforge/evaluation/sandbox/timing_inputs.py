@@ -24,7 +24,8 @@ def timing_inputs(w: Any, key: str, msg: dict[str, Any], fds: list[int]) -> list
     buffer (`shared_inputs`: kept mapped as the inputs themselves) or a memfd. The candidate's
     come with each request; their cache key names the memfd itself, not only the tensors'
     geometry. Closes `fds`."""
-    if key and "case" in msg:
+    named = bool(key) and "case" in msg
+    if named:
         ident = f"case:{msg['case']}"
     else:
         ident = (
@@ -35,7 +36,7 @@ def timing_inputs(w: Any, key: str, msg: dict[str, Any], fds: list[int]) -> list
         for fd in fds:
             os.close(fd)
         return held[1]
-    if key and "case" in msg and not fds:
+    if named and not fds:
         raise ValueError(f"the timing inputs of case {msg['case']} were never loaded for {key}")
     w.timing_inputs.pop(key, None)  # the old copy goes before the new one is made
     if msg.get("shared_inputs") and fds:

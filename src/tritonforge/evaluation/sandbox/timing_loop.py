@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from tritonforge.evaluation.sandbox import audit, outputs, reference_host, sealed
+from tritonforge.evaluation.sandbox.devshare import DevShareError
 from tritonforge.evaluation.sandbox.protocol import CLOCKS
 from tritonforge.evaluation.sandbox.timing_inputs import timing_inputs
 from tritonforge.types import Status
@@ -371,7 +372,11 @@ def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None
         w.reply({"ok": False, "status": Status.INTERNAL_ERROR.value,
                  "message": f"nothing loaded under {key!r}"})  # fmt: skip
         return None
-    inputs = timing_inputs(w, key, msg, fds)
+    try:
+        inputs = timing_inputs(w, key, msg, fds)
+    except DevShareError as exc:  # (a reference's inputs re-sent with the request)
+        reference_host.refuse_shared(w, exc)
+        return None
     if w.device.startswith("cuda") and w.flush is None:
         w.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=w.device)
     launches: list[int] = []
