@@ -1,5 +1,6 @@
-"""Memory admission: reservations never exceed a device's budget, are granted in arrival order,
-make room by trimming caches, and a request that cannot fit even alone says so with figures."""
+"""Memory admission: reservations never exceed a device's budget, are granted in arrival order
+except for backfills that cannot delay the head, make room by trimming caches, and a request that
+cannot fit even alone says so with figures. Backfill tests run real threads with real timing."""
 
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ def test_admission_never_exceeds_the_budget() -> None:
     assert budget.granted == 60
 
 
-def test_reservations_are_granted_first_come_first_served() -> None:
-    budget = DeviceBudget("test", 100, poll_s=0.01)
+def test_reservations_are_granted_first_come_first_served_without_backfill() -> None:
+    budget = DeviceBudget("test", 100, poll_s=0.01, backfill=False)
     order: list[int] = []
     with budget.reserve(100):  # the device is full: everyone queues
         threads = []
@@ -166,3 +167,207 @@ def test_a_grant_knows_whether_it_shared_the_device() -> None:
         assert first.crowded  # it did share the device, even if alone again now
     with budget.reserve(10) as later:
         assert not later.crowded and later.waited >= 0
+
+
+class Holder:
+    """A reservation held on a thread until released: `granted_at` is set when it was granted."""
+
+    def __init__(self, budget: DeviceBudget, nbytes: int, alone: bool = False):
+        self.budget, self.nbytes, self.alone = budget, nbytes, alone
+        self.granted = threading.Event()
+        self.release = threading.Event()
+        self.granted_at = 0.0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with self.budget.reserve(self.nbytes, alone=self.alone):
+            self.granted_at = time.monotonic()
+            self.granted.set()
+            self.release.wait(10)
+
+    def done(self) -> None:
+        self.release.set()
+        self.thread.join(5)
+        assert not self.thread.is_alive()
+
+
+def _queued(budget: DeviceBudget, n: int) -> None:
+    """Wait (bounded) until `n` requests are queued."""
+    t = time.monotonic()
+    while len(budget._queue) < n:
+        assert time.monotonic() - t < 5, "requests did not queue"
+        time.sleep(0.002)
+
+
+def test_a_small_request_is_backfilled_behind_a_head_that_does_not_fit() -> None:
+    budget = DeviceBudget("test", 100, poll_s=0.01)
+    a = Holder(budget, 60)
+    assert a.granted.wait(5)
+    head = Holder(budget, 70)  # 60 + 70 > 100: waits for `a`
+    _queued(budget, 1)
+    small = Holder(budget, 10)  # fits now, and 10 + 70 <= 100: cannot delay the head
+    assert small.granted.wait(5) and not head.granted.is_set()
+    assert budget.backfills == 1 and budget.granted == 2
+    a.done()  # the head fits beside the backfill as soon as what it waited for is gone
+    assert head.granted.wait(5)
+    assert budget.reserved == 80
+    small.done()
+    head.done()
+
+
+def test_a_backfill_that_would_delay_the_head_waits() -> None:
+    budget = DeviceBudget("test", 100, poll_s=0.01)
+    a = Holder(budget, 60)
+    assert a.granted.wait(5)
+    head = Holder(budget, 70)
+    _queued(budget, 1)
+    first = Holder(budget, 20)  # 20 + 70 <= 100: backfilled
+    assert first.granted.wait(5)
+    second = Holder(budget, 20)  # fits now (60 + 20 + 20 = 100), but 20 + 20 + 70 > 100
+    _queued(budget, 2)
+    time.sleep(0.1)
+    assert not second.granted.is_set() and not head.granted.is_set()
+    a.done()
+    assert head.granted.wait(5)
+    time.sleep(0.05)
+    assert not second.granted.is_set()  # 20 + 70 + 20 > 100: after the head, in order
+    head.done()
+    assert second.granted.wait(5)
+    assert budget.backfills == 1
+    first.done()
+    second.done()
+
+
+def test_an_alone_head_lets_nothing_pass() -> None:
+    budget = DeviceBudget("test", 1000, poll_s=0.01)
+    a = Holder(budget, 10)
+    assert a.granted.wait(5)
+    head = Holder(budget, 10, alone=True)
+    _queued(budget, 1)
+    small = Holder(budget, 10)  # would fit, but the head needs everything
+    _queued(budget, 2)
+    time.sleep(0.1)
+    assert not small.granted.is_set() and budget.backfills == 0
+    a.done()
+    assert head.granted.wait(5) and not small.granted.is_set()
+    head.done()
+    assert small.granted.wait(5)
+    small.done()
+    # nor is an `alone` request ever a backfill
+    a = Holder(budget, 600)
+    assert a.granted.wait(5)
+    big = Holder(budget, 500)
+    _queued(budget, 1)
+    lone = Holder(budget, 10, alone=True)
+    _queued(budget, 2)
+    time.sleep(0.05)
+    assert not lone.granted.is_set() and budget.backfills == 0
+    a.done()
+    big.done()
+    lone.done()
+
+
+def test_backfills_go_in_arrival_order() -> None:
+    budget = DeviceBudget("test", 100, poll_s=0.01)
+    a, x = Holder(budget, 60), Holder(budget, 40)  # the device is full
+    assert a.granted.wait(5) and x.granted.wait(5)
+    head = Holder(budget, 70)
+    _queued(budget, 1)
+    smalls = []
+    for i in range(3):
+        smalls.append(Holder(budget, 10))
+        _queued(budget, 2 + i)
+    x.done()  # room for all three at once: 60 + 30 <= 100 and 30 + 70 <= 100
+    for s in smalls:
+        assert s.granted.wait(5)
+    times = [s.granted_at for s in smalls]
+    assert times == sorted(times) and budget.backfills == 3
+    a.done()
+    assert head.granted.wait(5)
+    for s in (*smalls, head):
+        s.done()
+
+
+def _stream(budget: DeviceBudget, stop: threading.Event, hold_s: float, every_s: float) -> None:
+    """Small requests arriving every `every_s`, each held `hold_s`, until `stop`."""
+    threads = []
+    while not stop.is_set():
+
+        def one() -> None:
+            with budget.reserve(10):
+                time.sleep(hold_s)
+
+        t = threading.Thread(target=one, daemon=True)
+        t.start()
+        threads.append(t)
+        time.sleep(every_s)
+    for t in threads:
+        t.join(5)
+
+
+@pytest.mark.parametrize("resident", [0, 25])
+def test_a_stream_of_small_requests_does_not_starve_the_head(resident: int) -> None:
+    """The head waits only for the holders it found (and, when caches cannot shrink, for the
+    backfills already running: none starts once only backfills stand in its way)."""
+    budget = DeviceBudget("test", 100, resident=lambda: resident, poll_s=0.005)
+    hold_s = 0.04
+    a = Holder(budget, 60)
+    assert a.granted.wait(5)
+    head = Holder(budget, 70)
+    _queued(budget, 1)
+    stop = threading.Event()
+    feeder = threading.Thread(target=_stream, args=(budget, stop, hold_s, 0.01), daemon=True)
+    feeder.start()
+    time.sleep(0.3)
+    assert budget.backfills >= 3 and not head.granted.is_set()
+    released = time.monotonic()
+    a.done()
+    try:
+        assert head.granted.wait(5)
+        # no caches: the head fits beside the backfills at once; caches that cannot shrink:
+        # it waits at most for the backfills running when `a` finished
+        late = head.granted_at - released
+        assert late < (0.1 if resident == 0 else hold_s + 0.15), late
+    finally:
+        stop.set()
+        head.done()  # the queued small requests go in behind it
+        feeder.join(10)
+    assert budget.reserved == 0 and not feeder.is_alive()
+
+
+def test_backfill_never_exceeds_the_budget_with_trimmed_caches() -> None:
+    cap = 1000
+    cache = [300]
+    lock = threading.Lock()
+    held = [0]
+    budget = DeviceBudget(
+        "test",
+        cap,
+        resident=lambda: cache[0],
+        trim=lambda target: cache.__setitem__(0, min(cache[0], target)),
+        poll_s=0.005,
+    )
+    rng = random.Random(5)
+
+    def job(n: int, seconds: float) -> None:
+        with budget.reserve(n):
+            with lock:
+                held[0] += n
+                assert held[0] + cache[0] <= cap, (held[0], cache[0])
+            time.sleep(seconds)
+            with lock:
+                held[0] -= n
+                cache[0] = min(cap - held[0], cache[0] + 50)  # caches grow into free room
+
+    sizes = [rng.choice((700, 800)) if i % 3 == 0 else rng.randint(20, 120) for i in range(45)]
+    threads = [
+        threading.Thread(target=job, args=(n, rng.uniform(0.005, 0.02)), daemon=True) for n in sizes
+    ]
+    for t in threads:
+        t.start()
+        time.sleep(0.002)
+    for t in threads:
+        t.join(10)
+    assert held[0] == 0 and budget.reserved == 0 and budget.granted == 45
+    assert budget.backfills > 0 and budget.peak_reserved <= cap

@@ -5,13 +5,27 @@ weights, measured once when its first case is built), `evaluation_bytes` (what o
 evaluation may hold on the device: its worker's context, L2 flush buffer, weights, input and
 output copies and workspace, plus the judge's shared buffers, output copy and comparison
 temporaries, plus the problem's entry in the timing process), and `DeviceBudget` (reservations
-granted first come, first served while resident caches + reservations fit the capacity; caches
-are trimmed to make room; `alone=True` waits until nothing else is reserved and keeps everything
-else out, for retries after an out-of-memory error; a `Grant` says whether another reservation
-was held meanwhile). A request larger than the capacity less
-what cannot be evicted raises `DoesNotFit` with the figures (a `resource_limit` verdict).
-Does not cover: measuring footprints (reference.py), who calls it (evaluator.py), the service
-queue (service/service.py).
+granted while resident caches + reservations fit the capacity; caches are trimmed to make room;
+`alone=True` waits until nothing else is reserved and keeps everything else out, for retries
+after an out-of-memory error; a `Grant` says whether another reservation was held meanwhile).
+A request larger than the capacity less what cannot be evicted raises `DoesNotFit` with the
+figures (a `resource_limit` verdict).
+
+The order of grants (FIFO with backfill). Requests queue in arrival order; the head of the
+queue is granted as soon as it fits. A request behind a head that does not fit yet may be
+granted first (a *backfill*) only when all of these hold:
+- neither it nor the head is `alone` (an `alone` head needs everything: nothing passes it);
+- the head still waits for a holder that was there when it became the head (once only
+  backfilled grants stand between the head and its turn, no further backfill starts);
+- it fits now (resident caches, trimmed if need be, + reservations + it <= capacity);
+- it cannot delay the head: the bytes of the backfills granted since the head became the head
+  and still held, + this request + the head's need <= capacity - pinned bytes. So when the
+  holders the head waited for finish, the head fits (caches can be trimmed to the pinned bytes).
+Among requests that may be backfilled, an earlier one goes first. The head is therefore never
+overtaken by a request that could delay it: it waits at most for the holders it found.
+Does not cover: measuring footprints (reference.py), who calls it (evaluator.py), the order
+in which a batch submits its jobs (evaluation/batch_order.py), the service queue
+(service/service.py).
 """
 
 from __future__ import annotations
@@ -124,7 +138,8 @@ class Grant:
 
 
 class DeviceBudget:
-    """Byte reservations on one device, granted FIFO while they fit.
+    """Byte reservations on one device, granted in arrival order while they fit, with backfill
+    (the module's docstring gives the rule; `backfill=False`: strictly first come, first served).
 
     `resident()` gives the bytes caches hold now (evictable), `pinned()` what cannot be evicted,
     `trim(target)` evicts caches down to `target` resident bytes (best effort). All three are
@@ -139,17 +154,22 @@ class DeviceBudget:
         pinned: Callable[[], int] = lambda: 0,
         trim: Callable[[int], None] = lambda target: None,
         poll_s: float = 0.25,
+        backfill: bool = True,
     ):
-        self.device, self.capacity = device, capacity
+        self.device, self.capacity, self.backfill = device, capacity, backfill
         self._resident, self._pinned, self._trim = resident, pinned, trim
         self._cond = threading.Condition()
         self._queue: deque[int] = deque()
+        self._want: dict[int, tuple[int, bool]] = {}  # queued ticket -> (bytes, alone)
         self._tickets = 0
         self._held: dict[int, int] = {}  # ticket -> bytes
         self._crowded: set[int] = set()  # held tickets that have shared the device
+        self._blockers: set[int] = set()  # held when the head became the head, still held
+        self._backfilled: dict[int, int] = {}  # backfills since the head became the head, held
         self.poll_s = poll_s
         self.peak_reserved = 0
         self.granted = 0
+        self.backfills = 0
         self.trims = 0
 
     @property
@@ -159,7 +179,7 @@ class DeviceBudget:
 
     @contextmanager
     def reserve(self, nbytes: int, alone: bool = False) -> Iterator[Grant]:
-        """Hold `nbytes` (with `alone`, everything); yields the Grant. FIFO."""
+        """Hold `nbytes` (with `alone`, everything); yields the Grant."""
         floor = self._pinned()
         if nbytes > self.capacity - floor:
             raise DoesNotFit(nbytes, self.capacity - floor, self.capacity, self.device)
@@ -168,11 +188,18 @@ class DeviceBudget:
             ticket = self._tickets
             self._tickets += 1
             self._queue.append(ticket)
+            self._want[ticket] = (nbytes, alone)
+            if len(self._queue) == 1:
+                self._new_head()
         try:
             self._wait_turn(ticket, nbytes, alone)
         except BaseException:
             with self._cond:
+                was_head = self._queue[0] == ticket
                 self._queue.remove(ticket)
+                del self._want[ticket]
+                if was_head:
+                    self._new_head()
                 self._cond.notify_all()
             raise
         grant = Grant(time.monotonic() - t0, ticket, self)
@@ -182,6 +209,8 @@ class DeviceBudget:
             with self._cond:
                 del self._held[ticket]
                 self._crowded.discard(ticket)
+                self._blockers.discard(ticket)
+                self._backfilled.pop(ticket, None)
                 self._cond.notify_all()
 
     def crowded(self, ticket: int) -> bool:
@@ -189,28 +218,91 @@ class DeviceBudget:
         with self._cond:
             return ticket in self._crowded
 
+    def _new_head(self) -> None:
+        """The queue's head changed (call with the lock held): what it waits for is what is
+        held now; no backfill has been granted on its account yet."""
+        self._blockers = set(self._held)
+        self._backfilled = {}
+
+    def _grant(self, ticket: int, want: int) -> None:
+        """Hold `want` bytes for `ticket`, taken out of the queue (call with the lock held)."""
+        self._held[ticket] = want
+        del self._want[ticket]
+        was_head = self._queue[0] == ticket
+        self._queue.remove(ticket)
+        if was_head:
+            self._new_head()
+        if len(self._held) > 1:  # everyone holding now shares the device
+            self._crowded.update(self._held)
+        self.granted += 1
+        self.peak_reserved = max(self.peak_reserved, sum(self._held.values()))
+        self._cond.notify_all()
+
     def _wait_turn(self, ticket: int, nbytes: int, alone: bool) -> None:
         while True:
+            floor = self._pinned()
             with self._cond:
                 head = self._queue[0] == ticket
                 others = sum(self._held.values())
+                may_backfill = not head and self._may_backfill(ticket, floor)
             if head and not (alone and others):
-                want = self.capacity - self._pinned() if alone else nbytes
-                if self._resident() + others + want > self.capacity:
-                    self._trim(max(0, self.capacity - others - want))  # evict caches
-                    self.trims += 1
-                resident = self._resident()
-                if resident + others + want <= self.capacity or (alone and not others):
-                    with self._cond:
-                        self._queue.popleft()
-                        self._held[ticket] = want
-                        if len(self._held) > 1:  # everyone holding now shares the device
-                            self._crowded.update(self._held)
-                        self.granted += 1
-                        self.peak_reserved = max(self.peak_reserved, sum(self._held.values()))
-                        self._cond.notify_all()
+                want = self.capacity - floor if alone else nbytes
+                if self._try_grant(ticket, want, others, alone):
                     return
-                if not others:  # nothing to wait for: caches that cannot shrink further
-                    raise DoesNotFit(nbytes, self.capacity - resident, self.capacity, self.device)
+            elif may_backfill and self._try_backfill(ticket, nbytes, floor):
+                return
             with self._cond:
                 self._cond.wait(self.poll_s)
+
+    def _try_grant(self, ticket: int, want: int, others: int, alone: bool) -> bool:
+        """The head's turn: trim caches to make room, grant when it fits."""
+        if self._resident() + others + want > self.capacity:
+            self._trim(max(0, self.capacity - others - want))  # evict caches
+            self.trims += 1
+        resident = self._resident()
+        with self._cond:
+            others = sum(self._held.values())  # a backfill may have been granted meanwhile
+            if resident + others + want <= self.capacity or (alone and not others):
+                self._grant(ticket, want)
+                return True
+        if not others:  # nothing to wait for: caches that cannot shrink further
+            raise DoesNotFit(want, self.capacity - resident, self.capacity, self.device)
+        return False
+
+    def _backfillable(self, ticket: int, floor: int) -> bool:
+        """`ticket` (queued behind the head) may pass it now, caches trimmed (lock held)."""
+        nbytes, alone = self._want[ticket]
+        need, head_alone = self._want[self._queue[0]]
+        if alone or head_alone or not self._blockers:
+            return False
+        room = self.capacity - floor
+        fits_now = sum(self._held.values()) + nbytes <= room
+        return fits_now and sum(self._backfilled.values()) + nbytes + need <= room
+
+    def _may_backfill(self, ticket: int, floor: int) -> bool:
+        """`ticket` may be backfilled and no request ahead of it (behind the head) may (lock held)."""
+        if not self.backfill or not self._backfillable(ticket, floor):
+            return False
+        for earlier in self._queue:
+            if earlier == ticket:
+                return True
+            if earlier != self._queue[0] and self._backfillable(earlier, floor):
+                return False
+        return False
+
+    def _try_backfill(self, ticket: int, nbytes: int, floor: int) -> bool:
+        """Pass the head: trim caches if need be, grant if the rule still holds."""
+        others = self.reserved
+        if self._resident() + others + nbytes > self.capacity:
+            self._trim(max(0, self.capacity - others - nbytes))
+            self.trims += 1
+        resident = self._resident()
+        with self._cond:
+            if not self._may_backfill(ticket, floor):
+                return False
+            if resident + sum(self._held.values()) + nbytes > self.capacity:
+                return False
+            self._backfilled[ticket] = nbytes
+            self._grant(ticket, nbytes)
+            self.backfills += 1
+            return True

@@ -175,6 +175,7 @@ class DeviceResources:
             "peak_reserved": self.budget.peak_reserved,
             "resident": self.resident(),
             "granted": self.budget.granted,
+            "backfills": self.budget.backfills,
             "timings": self.gate.exclusive_count,
             "timing_seconds": round(self.gate.exclusive_seconds, 3),
             "timer_starts": self.timer.starts,
