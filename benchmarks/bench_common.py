@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -126,26 +125,22 @@ def judge_all(
     workers: int,
     on_done: Callable[[str, Verdict], None],
     deadline: float,
+    shares: list[float | None] | None = None,
 ) -> int:
-    """Judge (key, problem, source) jobs with `workers` in flight; no new job starts after
-    `deadline` (time.monotonic). Returns how many finished."""
-    pending: dict[Future, str] = {}
-    finished = 0
-    it = iter(jobs)
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        while True:
-            while len(pending) < workers and time.monotonic() < deadline:
-                job = next(it, None)
-                if job is None:
-                    break
-                key, problem, source = job
-                pending[pool.submit(evaluate, key, problem, source)] = key
-            if not pending:
-                return finished
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                on_done(pending.pop(fut), fut.result())
-                finished += 1
+    """Judge (key, problem, source) jobs with `workers` in flight, started in the order of
+    evaluation/batch_order.py (`shares`: each job's estimated share of the device's memory; None:
+    in the given order); no new job starts after `deadline` (time.monotonic). Returns how many
+    finished."""
+    from tritonforge.evaluation.batch_order import run_jobs
+
+    return run_jobs(
+        lambda job: evaluate(*job),
+        list(jobs),
+        shares,
+        workers,
+        lambda i, job, v: on_done(job[0], v),
+        deadline,
+    )
 
 
 class DevicePeak:

@@ -12,7 +12,9 @@ its start recorded apart), by_variant (wall, judgements and judgements/min of th
 one variant alone, e.g. `--variants hybrid`: the 200 self-judgements' own throughput),
 self_speedup median and
 percentiles, exceptions (every problem not accepted / decoy not rejected, with its reason),
-device_stats (memory budget and timing counters of the judge), one row per judgement.
+device_stats (memory budget and timing counters of the judge, backfills included), one row per
+judgement, in problem order. Judgements start in the order of evaluation/batch_order.py
+(memory-heavy problems kept apart, light ones beside them); each session records `heavy_jobs`.
 
 GPU (H200):  python benchmarks/kernelbench_self.py --out docs/bench/h200_kernelbench_self.json
 CPU check:   python benchmarks/kernelbench_self.py --quick --out /tmp/kb_self.json
@@ -158,6 +160,7 @@ def main() -> int:
     if not todo:
         out.drop_session()
         return 0
+    from tritonforge.evaluation import batch_order
     from tritonforge.evaluation.judge.evaluator import Evaluator
 
     device = "cuda:0" if args.device == "cuda" else "cpu"
@@ -177,8 +180,14 @@ def main() -> int:
     with Evaluator(per_variant["hybrid"]) as ev, bc.DevicePeak(device) as peak:
         ev.server(device)  # the fork server's start is not a worker spawn
         out.session["fork_server_start_s"] = round(time.monotonic() - t0, 2)
-        bc.judge_all(evaluate, todo, args.workers, on_done, t0 + args.time_box)
+        # memory-heavy problems kept apart (evaluation/batch_order.py); shares are estimated
+        # on the meta device before the clock of the first judgement
+        shares = batch_order.shares_for([p.reference_src for _, p, _ in todo], ev.settings, device)
+        out.session["heavy_jobs"] = sum(batch_order.is_heavy(x, args.workers) for x in shares)
+        bc.judge_all(evaluate, todo, args.workers, on_done, t0 + args.time_box, shares)
         out.doc["device_stats"] = ev.device_stats()
+    rank = {p.id: i for i, p in enumerate(problems)}  # rows in problem order, not finish order
+    out.doc["rows"].sort(key=lambda r: (rank.get(r["problem"], len(rank)), r["variant"]))
     seen = [x for x in (peak.gib(), out.doc.get("peak_device_gib")) if x is not None]
     out.doc["peak_device_gib"] = max(seen) if seen else None  # None: no GPU (CPU check)
     out.save(summarize)

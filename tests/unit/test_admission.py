@@ -200,12 +200,18 @@ def _queued(budget: DeviceBudget, n: int) -> None:
         time.sleep(0.002)
 
 
-def test_a_small_request_is_backfilled_behind_a_head_that_does_not_fit() -> None:
-    budget = DeviceBudget("test", 100, poll_s=0.01)
+def _held_and_head(budget: DeviceBudget) -> tuple[Holder, Holder]:
+    """60 held, then a head of 70 queued (60 + 70 > 100: it waits for the 60)."""
     a = Holder(budget, 60)
     assert a.granted.wait(5)
-    head = Holder(budget, 70)  # 60 + 70 > 100: waits for `a`
+    head = Holder(budget, 70)
     _queued(budget, 1)
+    return a, head
+
+
+def test_a_small_request_is_backfilled_behind_a_head_that_does_not_fit() -> None:
+    budget = DeviceBudget("test", 100, poll_s=0.01)
+    a, head = _held_and_head(budget)
     small = Holder(budget, 10)  # fits now, and 10 + 70 <= 100: cannot delay the head
     assert small.granted.wait(5) and not head.granted.is_set()
     assert budget.backfills == 1 and budget.granted == 2
@@ -218,10 +224,7 @@ def test_a_small_request_is_backfilled_behind_a_head_that_does_not_fit() -> None
 
 def test_a_backfill_that_would_delay_the_head_waits() -> None:
     budget = DeviceBudget("test", 100, poll_s=0.01)
-    a = Holder(budget, 60)
-    assert a.granted.wait(5)
-    head = Holder(budget, 70)
-    _queued(budget, 1)
+    a, head = _held_and_head(budget)
     first = Holder(budget, 20)  # 20 + 70 <= 100: backfilled
     assert first.granted.wait(5)
     second = Holder(budget, 20)  # fits now (60 + 20 + 20 = 100), but 20 + 20 + 70 > 100
@@ -312,10 +315,7 @@ def test_a_stream_of_small_requests_does_not_starve_the_head(resident: int) -> N
     backfills already running: none starts once only backfills stand in its way)."""
     budget = DeviceBudget("test", 100, resident=lambda: resident, poll_s=0.005)
     hold_s = 0.04
-    a = Holder(budget, 60)
-    assert a.granted.wait(5)
-    head = Holder(budget, 70)
-    _queued(budget, 1)
+    a, head = _held_and_head(budget)
     stop = threading.Event()
     feeder = threading.Thread(target=_stream, args=(budget, stop, hold_s, 0.01), daemon=True)
     feeder.start()

@@ -2,7 +2,9 @@
 
 File names map to problems: KernelBench run layout `level_L_problem_ID_sample_S_kernel.py`, or a
 problem's name / slug (`relu.py`, `builtin__relu.py`, optionally `..._sample_S.py`). Writes
-summary.json, summary.md, summary.png and verdicts.jsonl to --out. Missing problems count as
+summary.json, summary.md, summary.png (in problem order) and verdicts.jsonl (as they finish) to
+--out; candidates start in the order of evaluation/batch_order.py (memory-heavy problems kept
+apart, light ones beside them; on the CPU, file order). Missing problems count as
 failures in every rate. The suite, size, settings and the folder are checked before any work: an
 unknown name or a folder where no file matches a problem is refused (exit 2, one line).
 """
@@ -13,8 +15,8 @@ import argparse
 import json
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from tqdm import tqdm
 
@@ -22,6 +24,9 @@ from tritonforge.commands._eval_args import add_eval_args, settings_from_args
 from tritonforge.plan import PlanError
 from tritonforge.plan.runs import EvalPlan
 from tritonforge.types import Problem, Verdict
+
+if TYPE_CHECKING:
+    from tritonforge.evaluation.judge.evaluator import Evaluator
 
 KB_RUN = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
 SAMPLE = re.compile(r"^(.*?)(?:_sample_(\d+))?\.py$")
@@ -109,6 +114,36 @@ def resolve(
     return plan, problems, pairs, unmatched
 
 
+def judge_pairs(
+    ev: Evaluator, pairs: list[tuple[Problem, Path]], workers: int, log: TextIO
+) -> list[Verdict]:
+    """Each (problem, file) pair's verdict, in the order of `pairs`; started in the order of
+    evaluation/batch_order.py (memory-heavy problems kept apart, light ones beside them), logged
+    to `log` as they finish."""
+    from tritonforge.evaluation.batch_order import run_jobs, shares_for
+    from tritonforge.evaluation.judge.workerenv import device_label
+
+    verdicts: list[Verdict | None] = [None] * len(pairs)
+    bar = tqdm(total=len(pairs), desc="evaluating", unit="cand")
+
+    def on_done(i: int, pair: tuple[Problem, Path], v: Verdict) -> None:
+        prob, f = pair
+        verdicts[i] = v
+        log.write(json.dumps({"file": f.name, **v.model_dump(mode="json")}) + "\n")
+        log.flush()
+        bar.update(1)
+        bar.set_postfix_str(f"{prob.name}: {v.status.value}")
+
+    sources = [prob.reference_src for prob, _ in pairs]
+    shares = shares_for(sources, ev.settings, device_label(ev.settings))
+    run_jobs(
+        lambda pair: ev.evaluate(pair[0], pair[1].read_text()), pairs, shares, workers, on_done
+    )
+    bar.close()
+    assert all(v is not None for v in verdicts)  # run_jobs without a deadline finishes every job
+    return verdicts  # type: ignore[return-value]
+
+
 def run(args: argparse.Namespace) -> int:
     plan, problems, pairs, unmatched = resolve(args)
     settings = plan.settings
@@ -119,23 +154,13 @@ def run(args: argparse.Namespace) -> int:
     from tritonforge.evaluation.judge.evaluator import Evaluator
     from tritonforge.evaluation.judge.summary import plot, summarize, to_markdown
 
-    by_problem: dict[str, list[Verdict]] = {}
-    rows: list[tuple[str, Verdict]] = []
-    with (
-        Evaluator(settings) as ev,
-        open(out / "verdicts.jsonl", "w") as log_f,
-        ThreadPoolExecutor(max(1, args.workers)) as pool,
-    ):
-        futures = {pool.submit(ev.evaluate, prob, f.read_text()): (prob, f) for prob, f in pairs}
-        bar = tqdm(as_completed(futures), total=len(futures), desc="evaluating", unit="cand")
-        for fut in bar:
-            prob, f = futures[fut]
-            v = fut.result()
+    with Evaluator(settings) as ev, open(out / "verdicts.jsonl", "w") as log_f:
+        verdicts = judge_pairs(ev, pairs, args.workers, log_f)
+        by_problem: dict[str, list[Verdict]] = {}
+        rows: list[tuple[str, Verdict]] = []
+        for (prob, _), v in zip(pairs, verdicts, strict=True):  # in file order, as matched
             by_problem.setdefault(prob.id, []).append(v)
             rows.append((prob.id, v))
-            log_f.write(json.dumps({"file": f.name, **v.model_dump(mode="json")}) + "\n")
-            log_f.flush()
-            bar.set_postfix_str(f"{prob.name}: {v.status.value}")
         # written before the evaluator shuts down (fork servers, cached references), so a run
         # killed by an outer time limit after the last verdict still has its summary
         summary = summarize(by_problem, [p.id for p in problems])
