@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.batch_order import (
     Feed,
     device_share,
     estimate_shares,
     is_heavy,
     run_jobs,
+    shares_for,
 )
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "kernelbench"
@@ -127,16 +129,15 @@ def test_run_jobs_starts_nothing_after_the_deadline() -> None:
 
 
 def test_estimates_on_the_meta_device() -> None:
-    src = (
-        "import torch\nclass Model(torch.nn.Module):\n"
-        "    def forward(self, x):\n        return x * 2\n"
-        "def get_inputs():\n    return [torch.randn(1 << 28)]\n"
-        "def get_init_inputs():\n    return []\n"
-    )
+    src = device_share_src(1 << 28)
     share = device_share(src, 100 << 30, 1 << 30)  # 1 GiB in, 1 GiB out: ~15 GiB per evaluation
     assert share is not None and 0.1 < share < 0.25
     assert device_share("raise RuntimeError('no')", 100 << 30, 0) is None  # counted light
     assert estimate_shares([src, src], 1 << 62, 0) == [None, None]  # no budget: nothing heavy
+    # under evaluation settings: the CPU has a budget only when one is set
+    assert shares_for([src], EvalSettings(device="cpu"), "cpu") == [None]
+    share = shares_for([src], EvalSettings(device="cpu", device_memory_gib=100), "cpu")[0]
+    assert share is not None and 0.1 < share < 0.25  # no worker context on the CPU
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"no KernelBench data in {DATA}")
@@ -157,3 +158,53 @@ def test_kernelbench_level1_order_on_an_h200_budget() -> None:
     big_at = [k for k, pid in enumerate(order) if pid in big]
     assert big_at[len(big_at) // 2] < 60
     assert all(order[k - 1] not in big or order[k + 1] not in big for k in big_at[:10])
+
+
+class _Judge:
+    """Stands in for the Evaluator in eval-dir's loop (its order, not its verdicts, is tested):
+    large problems take longer, so verdicts finish out of file order."""
+
+    def __init__(self, settings: EvalSettings):
+        self.settings = settings
+        self.started: list[str] = []
+
+    def evaluate(self, problem, source: str):
+        from tritonforge.types import Status, Verdict
+
+        self.started.append(problem.name)
+        time.sleep(0.03 if problem.name.startswith("big") else 0.005)
+        return Verdict(status=Status.CORRECT, problem_id=problem.id, message=source)
+
+
+def test_eval_dir_starts_large_problems_apart_and_reports_in_file_order(tmp_path: Path) -> None:
+    import io
+
+    from tritonforge.commands.eval_dir import judge_pairs
+    from tritonforge.types import Problem
+
+    big = device_share_src(1 << 28)  # ~15 GiB per evaluation: heavy on a 20 GiB budget
+    small = device_share_src(1 << 10)
+    pairs = []
+    for i, src in enumerate([small, small, big, big, big, small, small, small]):
+        name = f"{'big' if src is big else 'small'}{i}"
+        p = Problem(id=f"t/{name}", suite="t", name=name, reference_src=src)
+        f = tmp_path / f"{name}.py"
+        f.write_text(name)
+        pairs.append((p, f))
+    judge = _Judge(EvalSettings(device="cpu", device_memory_gib=20))
+    log = io.StringIO()
+    verdicts = judge_pairs(judge, pairs, 2, log)  # type: ignore[arg-type]
+    assert [v.message for v in verdicts] == [f.stem for _, f in pairs]  # file order
+    assert judge.started[:2] == ["big2", "big3"]  # one runs, one queued at admission
+    assert judge.started[2] == "small0"  # light ones beside them
+    assert len(log.getvalue().splitlines()) == 8
+
+
+def device_share_src(n: int) -> str:
+    """A reference of `n` fp32 elements in and out."""
+    return (
+        "import torch\nclass Model(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return x * 2\n"
+        f"def get_inputs():\n    return [torch.randn({n})]\n"
+        "def get_init_inputs():\n    return []\n"
+    )
