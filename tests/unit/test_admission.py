@@ -328,7 +328,8 @@ def test_a_stream_of_small_requests_does_not_starve_the_head(resident: int) -> N
         # no caches: the head fits beside the backfills at once; caches that cannot shrink:
         # it waits at most for the backfills running when `a` finished
         late = head.granted_at - released
-        assert late < (0.1 if resident == 0 else hold_s + 0.15), late
+        # (bounds with room for a loaded machine; a starved head waits the stream's 5 s)
+        assert late < (0.25 if resident == 0 else hold_s + 0.3), late
     finally:
         stop.set()
         head.done()  # the queued small requests go in behind it

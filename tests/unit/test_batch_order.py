@@ -195,8 +195,9 @@ def test_eval_dir_starts_large_problems_apart_and_reports_in_file_order(tmp_path
     log = io.StringIO()
     verdicts = judge_pairs(judge, pairs, 2, log)  # type: ignore[arg-type]
     assert [v.message for v in verdicts] == [f.stem for _, f in pairs]  # file order
-    assert judge.started[:2] == ["big2", "big3"]  # one runs, one queued at admission
-    assert judge.started[2] == "small0"  # light ones beside them
+    # one large problem runs, one is queued at admission, a light one beside them (threads:
+    # the three start in any order)
+    assert set(judge.started[:3]) == {"big2", "big3", "small0"}
     assert len(log.getvalue().splitlines()) == 8
 
 
