@@ -23,7 +23,15 @@ from typing import Any
 import pytest
 import torch
 
-from helpers.seeding import SLOW_S, SlowBuild, manual, problem, same, wait_for_cpu_generator
+from helpers.seeding import (
+    SLOW_S,
+    SlowBuild,
+    draw_concurrently,
+    manual,
+    problem,
+    same,
+    wait_for_cpu_generator,
+)
 from tritonforge.evaluation.judge.reference import INIT_SEED, ReferenceStore
 
 pytestmark = [
@@ -107,19 +115,7 @@ def test_gpu_draw_does_not_wait_for_a_cpu_build() -> None:
     gpu_only.draw_inputs(1, "native")
     torch.cuda.synchronize()
     free_s, free_during = time.monotonic() - t0, slow.building()
-    got: dict[tuple[int, int], Any] = {}
-
-    def worker(offset: int) -> None:
-        for k in seeds:
-            s = seeds[(k + offset) % len(seeds)]
-            for i, r in enumerate(refs):
-                got[(i, s)] = r.draw_inputs(s, "native")
-
-    threads = [threading.Thread(target=worker, args=(o,)) for o in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    got = draw_concurrently(refs, seeds, threads=3)
     slow.thread.join(timeout=60)
     assert free_during and free_s < SLOW_S / 2, f"GPU draw took {free_s:.2f} s during a build"
     assert got.keys() == want.keys()

@@ -92,3 +92,28 @@ class SlowBuild:
 
     def building(self) -> bool:
         return self.thread.is_alive()
+
+
+def draw_concurrently(refs: list[Any], seeds: range, threads: int) -> dict[tuple[int, int], Any]:
+    """Each thread draws every (reference, seed), in its own order; (ref index, seed) -> inputs.
+    Raises the first error a thread hit."""
+    got: dict[tuple[int, int], Any] = {}
+    errors: list[BaseException] = []
+
+    def worker(offset: int) -> None:
+        try:
+            for k in range(len(seeds)):
+                s = seeds[(k + offset) % len(seeds)]
+                for i, r in enumerate(refs):
+                    got[(i, s)] = r.draw_inputs(s, "native")
+        except BaseException as exc:  # reported by the calling thread
+            errors.append(exc)
+
+    pool = [threading.Thread(target=worker, args=(o,)) for o in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join(timeout=120)
+    if errors:
+        raise errors[0]
+    return got

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import torch
 
-from helpers.seeding import SLOW_S, SlowBuild, manual, problem, same
+from helpers.seeding import SLOW_S, SlowBuild, draw_concurrently, manual, problem, same
 from tritonforge.evaluation.judge import rng
 from tritonforge.evaluation.judge.reference import INIT_SEED, ReferenceStore
 
@@ -184,25 +184,8 @@ def test_concurrent_draws_give_per_seed_inputs() -> None:
     refs = [store.reference(problem(n, s), "cpu") for n, s in (("mixed", MIXED), ("p", PRIVATE))]
     seeds = range(12)
     want = {(i, s): manual(r.module.get_inputs, s) for i, r in enumerate(refs) for s in seeds}
-    got: dict[tuple[int, int], Any] = {}
-    errors: list[BaseException] = []
-
-    def worker(offset: int) -> None:
-        try:
-            for k in range(len(seeds)):
-                s = seeds[(k + offset) % len(seeds)]
-                for i, r in enumerate(refs):
-                    got[(i, s)] = r.draw_inputs(s, "native")
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
-
     slow = SlowBuild(store).start()
-    threads = [threading.Thread(target=worker, args=(o,)) for o in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    got = draw_concurrently(refs, seeds, threads=4)
     slow.thread.join(timeout=60)
-    assert not errors, errors
     assert got.keys() == want.keys()
     assert all(same(got[k], want[k]) for k in want)
