@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -59,6 +60,23 @@ class Model(nn.Module):
 def get_inputs():
     g = torch.Generator().manual_seed(5)
     return [torch.rand(64, generator=g) + torch.arange(64.0)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+RESEEDING = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x
+
+def get_inputs():
+    torch.manual_seed(0)
+    return [torch.arange(4.0)]
 
 def get_init_inputs():
     return []
@@ -118,9 +136,8 @@ def test_op_generator_keys() -> None:
     assert rng.op_generator(aten.randn.generator, ([2],), private) is None
 
 
-def test_locks_are_per_generator() -> None:
-    """While one thread holds the CPU generator, another takes a GPU's (keys only: no CUDA
-    here) at once, and a second taker of the CPU's waits."""
+@contextmanager
+def cpu_held_by_another_thread() -> Iterator[None]:
     holding, release = threading.Event(), threading.Event()
 
     def hold_cpu() -> None:
@@ -132,15 +149,43 @@ def test_locks_are_per_generator() -> None:
     thread.start()
     assert holding.wait(30)
     try:
-        gpu = rng.generator_lock("cuda:7")
-        with rng.held(["cuda:7"]):
-            assert gpu.locked()
-        assert not rng.generator_lock("cpu").acquire(timeout=0.2)
+        yield
     finally:
         release.set()
         thread.join(30)
+
+
+def test_locks_are_per_generator() -> None:
+    """While one thread holds the CPU generator, another takes a GPU's (keys only: no CUDA
+    here) at once, and a second taker of the CPU's waits."""
+    gpu = rng.generator_lock("cuda:7")
+    with cpu_held_by_another_thread():
+        with rng.held(["cuda:7"]):
+            assert gpu.locked()
+        assert not rng.generator_lock("cpu").acquire(timeout=0.2)
     with rng.held(["cuda:7", "cpu"]):  # both, in the one order
         assert rng.generator_lock("cpu").locked() and gpu.locked()
+
+
+def test_a_source_that_seeds_the_generators_itself_holds_them_all() -> None:
+    """torch.manual_seed is no op the guard sees: its draws hold every generator, or another
+    thread's build or draw would see its seed."""
+    for src in (RESEEDING, "torch.cuda.set_rng_state(s)", "torch.random.manual_seed(1)"):
+        assert rng.reseeds(src), src
+    for src in ("from torch import manual_seed\nmanual_seed(3)", "torch.cuda.manual_seed_all(1)"):
+        assert rng.reseeds(src), src
+    for src in (MIXED, PRIVATE, "g = torch.Generator(); g.manual_seed(3)"):
+        assert not rng.reseeds(src), src
+    ref = ReferenceStore().reference(problem("reseeds", RESEEDING), "cpu")
+    ref.draw_inputs(0, "native")
+    assert ref.draws_from == frozenset()  # it draws from no generator, yet:
+    drawer = threading.Thread(target=ref.draw_inputs, args=(1, "native"))
+    with cpu_held_by_another_thread():
+        drawer.start()
+        drawer.join(0.3)
+        assert drawer.is_alive(), "the draw did not wait for the CPU generator"
+    drawer.join(30)
+    assert not drawer.is_alive()
 
 
 def test_reference_draw_and_model_are_those_of_manual_seed() -> None:

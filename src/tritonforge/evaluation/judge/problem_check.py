@@ -111,15 +111,16 @@ def why_not(problem: Problem, device: str = "cpu") -> str | None:
     """The one reason `problem` cannot be judged on `device` here (as its verdict would say),
     or None; nothing is allocated (the reference is sized on the meta device)."""
     from tritonforge.evaluation.judge.reference import INIT_SEED, load_module
-    from tritonforge.evaluation.judge.rng import seeded
+    from tritonforge.evaluation.judge.rng import must_hold, seeded
 
     reason = (problem.meta or {}).get("cannot_run") or missing_reason(problem)
     if reason:
         return str(reason)
     try:
         module = load_module(problem.reference_src, problem.id)
-        init_inputs, _ = seeded(lambda: list(module.get_init_inputs()), INIT_SEED)
-        return seeded(lambda: cannot_run(problem, device, module, init_inputs), INIT_SEED)[0]
+        start = must_hold(problem.reference_src, device)
+        init_inputs, _ = seeded(lambda: list(module.get_init_inputs()), INIT_SEED, start)
+        return seeded(lambda: cannot_run(problem, device, module, init_inputs), INIT_SEED, start)[0]
     except Exception as exc:
         return f"broken reference: {type(exc).__name__}: {exc}"[:500]
 

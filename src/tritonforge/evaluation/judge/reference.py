@@ -46,7 +46,7 @@ from tritonforge.evaluation.judge.admission import Footprint, JudgeOutOfMemory
 from tritonforge.evaluation.judge.compare import output_bytes
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.problem_check import cannot_run, missing_reason, randomness
-from tritonforge.evaluation.judge.rng import generator_key, seeded
+from tritonforge.evaluation.judge.rng import generator_key, must_hold, seeded
 from tritonforge.evaluation.sandbox.classify import is_device_oom
 from tritonforge.evaluation.sandbox.numerics import exact_fp32
 from tritonforge.evaluation.sandbox.protocol import (
@@ -213,9 +213,10 @@ class Reference:
             with torch.device(self.device):
                 return list(self.module.get_inputs())
 
-        start = self.draws_from
-        if start is None:
-            start = frozenset(filter(None, [generator_key(self.device)]))
+        start = must_hold(self.problem.reference_src, self.device)
+        if not start:
+            own = frozenset(filter(None, [generator_key(self.device)]))
+            start = own if self.draws_from is None else self.draws_from
         raw, self.draws_from = seeded(draw, seed, start)
         return [map_tensors(v, lambda t: transform(t, dist, gen)) for v in raw]
 
@@ -266,13 +267,14 @@ class ReferenceStore:
             module = load_module(problem.reference_src, problem.id)
             try:
                 # each step holds (and seeds with INIT_SEED) only the generators it draws from
-                init_inputs, _ = seeded(lambda: list(module.get_init_inputs()), INIT_SEED)
+                start = must_hold(problem.reference_src, device)
+                init_inputs, _ = seeded(lambda: list(module.get_init_inputs()), INIT_SEED, start)
                 unrunnable, _ = seeded(
-                    lambda: cannot_run(problem, device, module, init_inputs), INIT_SEED
+                    lambda: cannot_run(problem, device, module, init_inputs), INIT_SEED, start
                 )
                 model = None
                 if not unrunnable:
-                    model, _ = seeded(lambda: module.Model(*init_inputs), INIT_SEED)
+                    model, _ = seeded(lambda: module.Model(*init_inputs), INIT_SEED, start)
                 if isinstance(model, torch.nn.Module):
                     with judge_device(device):
                         model = model.to(device)
@@ -452,7 +454,8 @@ def meta_footprint(ref: Reference) -> Footprint:
         return sum(t.numel() * t.element_size() for t in flatten_tensors(inputs)), output_bytes(out)
 
     try:
-        (in_bytes, out_bytes), _ = seeded(sizes, INIT_SEED)
+        start = must_hold(ref.problem.reference_src, ref.device)
+        (in_bytes, out_bytes), _ = seeded(sizes, INIT_SEED, start)
     except Exception:
         return Footprint(0, 0, 0, ref.weights)
     return Footprint(in_bytes, out_bytes, out_bytes, ref.weights)

@@ -9,6 +9,8 @@ that would draw from a global generator not held (the CPU's, or a device's, `gen
 stopped before it runs, and `fn` is run again from the start with that generator held and seeded
 too. An explicit private `torch.Generator` and the meta device draw from no global generator.
 It returns the generators `fn` drew from, which callers keep as the next call's `start`.
+Seeding is no op the guard sees: a source that may seed or set a global generator itself
+(`reseeds`: manual_seed, set_rng_state, fork_rng, ...) has its calls hold `every_generator`.
 Why: building a large reference model on the CPU (a 32768x32768 `nn.Linear` initialises for
 7-9 s) holds only the CPU generator, so an input draw on a GPU, which holds that GPU's
 generator, does not wait for it, while inputs and weights stay those of `torch.manual_seed`.
@@ -20,6 +22,7 @@ determinism check of problem_check.py).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -32,6 +35,14 @@ from torch.utils._pytree import tree_leaves
 T = TypeVar("T")
 _LOCKS: dict[str, threading.Lock] = {}
 _GUARD = threading.Lock()
+# seeding or setting a global generator is a call, not an op with values the guard can see
+# (torch.manual_seed, torch.cuda.manual_seed_all, a bare manual_seed(...), set_rng_state, ...;
+# not a private generator's g.manual_seed)
+_RESEEDS = re.compile(
+    r"set_rng_state|fork_rng|default_generator"
+    r"|\b(?:torch|random|cuda|mps|xpu)\s*\.\s*(?:manual_seed|seed)(?:_all)?\b"
+    r"|(?<![\w.])manual_seed(?:_all)?\s*\("
+)
 
 
 def generator_lock(key: str) -> threading.Lock:
@@ -48,6 +59,27 @@ def generator_key(device: torch.device | str) -> str | None:
     if dev.type == "cuda" and dev.index is None:
         return f"cuda:{torch.cuda.current_device()}"
     return str(dev)
+
+
+def every_generator(device: str) -> frozenset[str]:
+    """The CPU's generator, `device`'s and every initialised GPU's."""
+    keys = {"cpu"}
+    if torch.cuda.is_initialized():
+        keys |= {f"cuda:{i}" for i in range(torch.cuda.device_count())}
+    key = generator_key(device)
+    return frozenset(keys | ({key} if key else set()))
+
+
+def reseeds(source: str) -> bool:
+    """Whether a reference source may seed or set torch's global generators itself (then its
+    calls hold every generator: another thread's draw must not see its seed)."""
+    return _RESEEDS.search(source) is not None
+
+
+def must_hold(source: str, device: str) -> frozenset[str]:
+    """What every seeded call of a reference's code starts holding: every generator when its
+    source `reseeds`, else none (the guard adds those it draws from)."""
+    return every_generator(device) if reseeds(source) else frozenset()
 
 
 def _order(key: str) -> tuple[bool, str]:
