@@ -26,6 +26,7 @@ from tritonforge.config.train import BatchConfig, DistConfig, ModelConfig, Optim
 from tritonforge.logging_setup import get_logger
 from tritonforge.model_cast import cast_model
 from tritonforge.training import checkpoint as ckpt
+from tritonforge.training.gc_control import StepGC
 from tritonforge.training.batching import MicroBatch, TrainSequence, make_micro_batches
 from tritonforge.training.distributed import (
     DistContext,
@@ -106,6 +107,7 @@ class TrainCore:
         self.pad_id = pad_id_of(lm, tokenizer)
         self.compute_dtype = compute_dtype(model_cfg)
         self.compiled = use_compile(model_cfg, self.ctx.device)
+        self.gc = StepGC(batch_cfg.gc_full_every)  # the collector kept out of each step
         self.policy = make_policy(self.lm, batch_cfg, self.compute_dtype, self.compiled)
         n_layers = len(decoder_layers(self.lm))
         ckpt_layers = (
