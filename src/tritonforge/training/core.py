@@ -26,7 +26,6 @@ from tritonforge.config.train import BatchConfig, DistConfig, ModelConfig, Optim
 from tritonforge.logging_setup import get_logger
 from tritonforge.model_cast import cast_model
 from tritonforge.training import checkpoint as ckpt
-from tritonforge.training.gc_control import StepGC
 from tritonforge.training.batching import MicroBatch, TrainSequence, make_micro_batches
 from tritonforge.training.distributed import (
     DistContext,
@@ -37,6 +36,7 @@ from tritonforge.training.distributed import (
     init_distributed,
     shard_model,
 )
+from tritonforge.training.gc_control import StepGC
 from tritonforge.training.logprobs import head_ops
 from tritonforge.training.master_adamw import MasterAdamW
 from tritonforge.training.model import (
