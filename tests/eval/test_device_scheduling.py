@@ -319,6 +319,7 @@ def _offer_shared_buffers(monkeypatch) -> list[str]:
     `shared_inputs` field) with the case's memfd behind it: a CPU process cannot map it.
     Returns the idents of the cases offered."""
     from tritonforge.evaluation.judge import ref_timer
+    from tritonforge.evaluation.judge.transport import Parcel
 
     offered: list[str] = []
     real_carry = ref_timer.RefTimer._carry
@@ -326,7 +327,7 @@ def _offer_shared_buffers(monkeypatch) -> list[str]:
     def offer(self, case):
         if self.sharing:
             offered.append(case.ident)
-            return {"shared_inputs": {"nbytes": 8, "size": 8}}, [os.dup(case.fd)], None
+            return Parcel({"shared_inputs": {"nbytes": 8, "size": 8}}, [os.dup(case.fd)])
         return real_carry(self, case)
 
     monkeypatch.setattr(ref_timer.RefTimer, "_carry", offer)
@@ -407,3 +408,52 @@ def test_a_case_resent_with_a_time_request_falls_back_from_a_failed_shared_map(
         assert timer.starts == 1 and timer.deaths == 0, "the timing process never ended"
         timer.release(key)
         timer.release(key)
+
+
+WEIGHTED_REF = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+        self.register_buffer("shift", torch.randn(n), persistent=False)
+{extra}
+    def forward(self, x):
+        return self.fc(x) + self.shift{use}
+
+def get_inputs():
+    return [torch.randn(16, 32)]
+
+def get_init_inputs():
+    return [32]
+"""
+
+
+def test_the_timing_process_takes_the_judges_weights_or_builds_what_they_miss(builtin) -> None:
+    """A reference's parameters and buffers reach the timing process from the judge (no second
+    initialisation: seconds of CPU for KernelBench's large nn.Linear). One whose constructor
+    needs data (not possible on the meta device) is built in full there, as before, and so is
+    one holding a plain tensor attribute (the judge offers nothing: not counted). All are timed."""
+    sources = {
+        "judge": WEIGHTED_REF.format(extra="", use=""),
+        "built": WEIGHTED_REF.format(
+            extra="        self.k = float(self.fc.weight.detach().sum())", use=""
+        ),
+        "none": WEIGHTED_REF.format(
+            extra="        self.mask = torch.rand(n) > 0.5", use=" * self.mask"
+        ),
+    }
+    with Evaluator(_settings()) as ev:
+        timer = ev.resources("cpu").timer
+        for how, src in sources.items():
+            p = Problem(id=f"t/weights_{how}", suite="t", name=f"weights_{how}", reference_src=src)
+            ref = ev.refs.reference(p, "cpu")
+            case = ev.refs.case(ref, ev.seed(p, 1000), "native")
+            key = timer.prepare(ref, case, False, 60.0)
+            reply = timer.time(key, False, case, (1, 3, 0.0), "host", 60.0)
+            assert reply["ok"] and len(reply["times_ms"]) == 3
+            timer.release(key)
+        assert timer.starts == 1 and timer.deaths == 0
+        assert ev.device_stats()["cpu"]["timer_weights"] == {"judge": 1, "built": 1}

@@ -172,6 +172,20 @@ def test_timing_process_takes_a_case_through_a_shared_buffer(gpu_judge: Evaluato
     assert case._fd < 0, "a host memfd was made for the timing case"
 
 
+def test_timing_process_takes_the_judges_weights_through_a_shared_buffer(
+    gpu_judge: Evaluator,
+) -> None:
+    """A reference with weights is not built again in the timing process: it gets the judge's
+    tensors (timer_weights.py) and the timing is that of the same model."""
+    problem = _problem("gemm_bias_relu")
+    v = gpu_judge.evaluate(problem, problem.solution_src)
+    assert v.status is Status.CORRECT, v.message
+    assert v.speedup is not None, v.notes
+    timer = gpu_judge.resources("cuda:0").timer
+    assert timer.sharing and timer.weights["judge"] >= 1, dict(timer.weights)
+    assert "built" not in timer.weights, dict(timer.weights)
+
+
 def test_timing_process_falls_back_to_a_memfd(monkeypatch) -> None:
     from tritonforge.evaluation.judge import ref_timer
     from tritonforge.evaluation.sandbox.devshare import DevShareError

@@ -158,6 +158,13 @@ class BatchConfig(Section):
         "(no recompute; scored tokens x vocab x 2 bytes) whenever the device has room, else "
         "as triton; auto = compiled when the model compiles, else eager.",
     )
+    gc_full_every: int = Field(
+        50,
+        ge=0,
+        description="Python's garbage collector is off while a step runs; after it the young "
+        "generations are collected, everything alive after the first step is frozen, and every "
+        "N steps there is a full collection (0: the collector is left as it is).",
+    )
 
 
 class LossConfig(Section):

@@ -36,6 +36,7 @@ from tritonforge.training.distributed import (
     init_distributed,
     shard_model,
 )
+from tritonforge.training.gc_control import StepGC
 from tritonforge.training.logprobs import head_ops
 from tritonforge.training.master_adamw import MasterAdamW
 from tritonforge.training.model import (
@@ -106,6 +107,7 @@ class TrainCore:
         self.pad_id = pad_id_of(lm, tokenizer)
         self.compute_dtype = compute_dtype(model_cfg)
         self.compiled = use_compile(model_cfg, self.ctx.device)
+        self.gc = StepGC(batch_cfg.gc_full_every)  # the collector kept out of each step
         self.policy = make_policy(self.lm, batch_cfg, self.compute_dtype, self.compiled)
         n_layers = len(decoder_layers(self.lm))
         ckpt_layers = (

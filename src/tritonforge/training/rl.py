@@ -143,6 +143,10 @@ class RLTrainer:
 
         The policy version goes up by one when at least one optimizer step was taken
         (`StepMetrics.updates > 0`); a batch with nothing to score changes nothing."""
+        with self.core.gc.step():  # no garbage collection inside the step (gc_control.py)
+            return self._train_step(items)
+
+    def _train_step(self, items: Sequence[Trajectory | TrainSequence]) -> StepMetrics:
         t0 = time.perf_counter()
         cfg, core = self.cfg, self.core
         seqs, skipped = prepare_sequences(items, cfg.batch)

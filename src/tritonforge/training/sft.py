@@ -94,6 +94,10 @@ class SFTTrainer:
 
     def train_step(self, examples: Sequence[TokenizedExample]) -> dict[str, float]:
         """One optimizer step on a global batch (the same list on every rank)."""
+        with self.core.gc.step():  # no garbage collection inside the step (gc_control.py)
+            return self._train_step(examples)
+
+    def _train_step(self, examples: Sequence[TokenizedExample]) -> dict[str, float]:
         t0 = time.perf_counter()
         loss, n_tok = self._nll(examples, train=True)
         gnorm, lr = self.core.optimizer_step()

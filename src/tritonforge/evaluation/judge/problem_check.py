@@ -56,7 +56,8 @@ def missing_reason(problem: Problem) -> str | None:
 
 def footprint(module: types.ModuleType, init_inputs: list[Any]) -> Footprint | None:
     """Sizes of one forward on the meta device, or None when the reference cannot run there.
-    The caller holds the RNG lock (get_inputs and Model() draw from the global RNG)."""
+    Run it under rng.seeded: meta tensors draw from no generator, but a call naming a device
+    does."""
     try:
         with torch.device("meta"), torch.no_grad():
             model = module.Model(*init_inputs)
@@ -109,16 +110,17 @@ def cannot_run(
 def why_not(problem: Problem, device: str = "cpu") -> str | None:
     """The one reason `problem` cannot be judged on `device` here (as its verdict would say),
     or None; nothing is allocated (the reference is sized on the meta device)."""
-    from tritonforge.evaluation.judge.reference import _RNG_LOCK, INIT_SEED, load_module
+    from tritonforge.evaluation.judge.reference import INIT_SEED, load_module
+    from tritonforge.evaluation.judge.rng import must_hold, seeded
 
     reason = (problem.meta or {}).get("cannot_run") or missing_reason(problem)
     if reason:
         return str(reason)
     try:
         module = load_module(problem.reference_src, problem.id)
-        with _RNG_LOCK:
-            torch.manual_seed(INIT_SEED)
-            return cannot_run(problem, device, module, list(module.get_init_inputs()))
+        start = must_hold(problem.reference_src, device)
+        init_inputs, _ = seeded(lambda: list(module.get_init_inputs()), INIT_SEED, start)
+        return seeded(lambda: cannot_run(problem, device, module, init_inputs), INIT_SEED, start)[0]
     except Exception as exc:
         return f"broken reference: {type(exc).__name__}: {exc}"[:500]
 

@@ -33,8 +33,9 @@ from tritonforge.evaluation.judge.admission import (
 from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.reference import INIT_SEED, Case, Reference
 from tritonforge.evaluation.judge.session import Session, describe_exit
-from tritonforge.evaluation.judge.transport import close_shared, export_inputs
-from tritonforge.evaluation.sandbox.devshare import DevShareError, ExportedBuffer
+from tritonforge.evaluation.judge.timer_weights import offer
+from tritonforge.evaluation.judge.transport import Parcel, close_shared, export_inputs
+from tritonforge.evaluation.sandbox.devshare import DevShareError
 from tritonforge.evaluation.sandbox.protocol import ProtocolError, pack
 from tritonforge.logging_setup import get_logger
 
@@ -82,6 +83,7 @@ class RefTimer:
         self.sharing = device != "cpu"  # inputs through shared device buffers (else memfds)
         self.starts = 0
         self.deaths = 0
+        self.weights: Counter[str] = Counter()  # how loads got their weights: judge, built
 
     # -- accounting -----------------------------------------------------------------------------
     def base_bytes(self) -> int:
@@ -193,7 +195,8 @@ class RefTimer:
         budget: float,
         phases: defaultdict[str, float] | None,
     ) -> dict[str, Any]:
-        """The `ref_load` request (caller holds the lock)."""
+        """The `ref_load` request (caller holds the lock): the init inputs, the judge's weights
+        (timer_weights.py: the process need not build them again) and the case's inputs."""
         init_desc, init_fd = pack(ref.init_inputs)
         msg = {
             "op": "ref_load",
@@ -206,57 +209,77 @@ class RefTimer:
             "inputs": case.desc,
             "case": case.ident,
         }
+
+        def lead() -> Parcel:
+            first = Parcel({}, [os.dup(init_fd)])
+            try:
+                return first.add(self._shared(lambda s: offer(ref.model, self.device, s)))
+            except BaseException:
+                first.discard(self.device)
+                raise
+
         try:
-            return self._with_inputs(msg, case, budget, lambda: [os.dup(init_fd)], phases)
+            reply = self._with_inputs(msg, case, budget, lead, phases)
         finally:
             os.close(init_fd)
+        how = str(reply.get("weights") or "")
+        if how:
+            self.weights[how.split(":")[0]] += 1
+        return reply
 
     def _with_inputs(
         self,
         msg: dict[str, Any],
         case: Case,
         budget: float,
-        lead: Callable[[], list[int]] = list,
+        lead: Callable[[], Parcel] = Parcel,
         phases: defaultdict[str, float] | None = None,
     ) -> dict[str, Any]:
-        """`msg` sent with `case`'s inputs (caller holds the lock), after the descriptors
-        `lead()` makes: through a shared device buffer (the judge's side released once the
-        process answered) or the case's memfd; once more through the memfd when the process
-        could not map the buffer (it answers `shared_error`)."""
+        """`msg` sent with what `lead()` makes first, then `case`'s inputs (caller holds the
+        lock): through shared device buffers (the judge's side released once the process
+        answered) or memfds; once more through memfds when the process could not map a buffer
+        (it answers `shared_error`)."""
         for _ in range(2):
             t = time.monotonic()
-            carry, fds, buf = self._carry(case)
+            parcel = lead()
+            try:
+                parcel.add(self._carry(case))
+            except BaseException:
+                parcel.discard(self.device)
+                raise
             if phases is not None:
                 phases["timer_send"] += time.monotonic() - t
             try:
-                reply = self._request({**msg, **carry}, [*lead(), *fds], budget)
+                reply = self._request({**msg, **parcel.msg}, parcel.fds, budget)
             finally:
-                if buf is not None:  # the process mapped it (or failed to): our side goes
-                    close_shared(self.device, buf)
+                parcel.release(self.device)  # the process mapped them (or failed to)
             if not reply.get("shared_error"):
                 return reply
             self._no_sharing(str(reply["shared_error"]))
         return reply
 
-    def _carry(self, case: Case) -> tuple[dict[str, Any], list[int], ExportedBuffer | None]:
+    def _carry(self, case: Case) -> Parcel:
         """How `case`'s inputs reach the process: a shared device buffer filled by one
         device-to-device copy (kept by the process as its timing inputs), else the case's memfd
         (a device-to-host copy here, host-to-device there: seconds for a 16 GiB input)."""
-        if self.sharing and case.packed is not None and case.desc["size"] > 0:
+        if case.packed is not None and case.desc["size"] > 0:
+            parcel = self._shared(lambda s: _shared_inputs(self.device, case) if s else Parcel())
+            if parcel.buffers:
+                return parcel
+        return Parcel({}, [os.dup(case.fd)])
+
+    def _shared(self, make: Callable[[bool], Parcel]) -> Parcel:
+        """`make(shared)`, with shared device buffers while they work on this device: a buffer
+        that cannot be made turns sharing off (memfds from then on), unless the device is out of
+        memory (the judge's problem: JudgeOutOfMemory)."""
+        if self.sharing:
             try:
-                buf = export_inputs(self.device, case)
+                return make(True)
             except DevShareError as exc:
                 if "OUT_OF_MEMORY" in str(exc):
-                    raise JudgeOutOfMemory("sharing inputs with the timing process", exc) from exc
+                    raise JudgeOutOfMemory("sharing tensors with the timing process", exc) from exc
                 self._no_sharing(str(exc))
-            else:
-                shared = {"nbytes": buf.nbytes, "size": buf.size}
-                try:
-                    return {"shared_inputs": shared}, [buf.share()], buf
-                except BaseException:
-                    close_shared(self.device, buf)
-                    raise
-        return {}, [os.dup(case.fd)], None
+        return make(False)
 
     def _no_sharing(self, why: str) -> None:
         if self.sharing:
@@ -335,6 +358,18 @@ class RefTimer:
             self.entries.clear()
             self.cases.clear()
             self.compiled.clear()
+
+
+def _shared_inputs(device: str, case: Case) -> Parcel:
+    """`case`'s inputs in a new shared device buffer, which the process keeps as its inputs."""
+    buf = export_inputs(device, case)
+    try:
+        return Parcel(
+            {"shared_inputs": {"nbytes": buf.nbytes, "size": buf.size}}, [buf.share()], [buf]
+        )
+    except BaseException:
+        close_shared(device, buf)
+        raise
 
 
 def _check(reply: dict[str, Any], what: str) -> None:

@@ -13,6 +13,15 @@ recently used first, for memory admission. The judge's own
 out-of-memory errors are raised as `JudgeOutOfMemory`, never as a broken reference.
 The determinism check: the first case is run twice; a reference whose outputs differ is
 marked nondeterministic and its cases carry the statistics of several runs (problem_check.py).
+Seeding (rng.py): every use of torch's global generators here (get_init_inputs, building
+`Model` with `INIT_SEED`, `cannot_run`, `meta_footprint`, and each case's input draw with its
+hidden seed) holds and seeds exactly the generators it draws from, one lock per generator. A
+model initialising on the CPU holds the CPU generator only, so an input draw on a GPU (its
+factory calls draw from that GPU's generator) does not wait for it; a get_inputs that also
+draws on the CPU (an explicit `device="cpu"`, `randperm`) holds both. The generators a
+problem's draw used are kept per Reference as where the next draw starts. Values are those of
+`torch.manual_seed(seed)` followed by the same call, as the candidate's worker builds
+`ModelNew` (sandbox/worker.py).
 Does not cover: candidate code (never imported here), comparison (compare.py), admission
 (admission.py).
 """
@@ -28,7 +37,6 @@ import threading
 import types
 from collections import OrderedDict
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +46,7 @@ from tritonforge.evaluation.judge.admission import Footprint, JudgeOutOfMemory
 from tritonforge.evaluation.judge.compare import output_bytes
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.problem_check import cannot_run, missing_reason, randomness
+from tritonforge.evaluation.judge.rng import generator_key, must_hold, seeded
 from tritonforge.evaluation.sandbox.classify import is_device_oom
 from tritonforge.evaluation.sandbox.numerics import exact_fp32
 from tritonforge.evaluation.sandbox.protocol import (
@@ -50,8 +59,7 @@ from tritonforge.evaluation.sandbox.protocol import (
 )
 from tritonforge.types import Problem
 
-INIT_SEED = 42
-_RNG_LOCK = threading.Lock()  # get_inputs/Model() use torch's global RNG: one seeded draw at a time
+INIT_SEED = 42  # the global generators' seed for Model(): the candidate's worker uses it too
 DISTRIBUTIONS = ("native", "shifted", "scaled", "positive")
 
 
@@ -190,16 +198,26 @@ class Reference:
     nondeterministic: str | None = None  # why: two runs on the same inputs differ
     weights: int = 0  # device bytes of the model's parameters and buffers
     footprint: Footprint | None = None  # measured when the first case is built
+    draws_from: frozenset[str] | None = None  # the global generators the last draw used
 
     def draw_inputs(self, seed: int, dist: str) -> list[Any]:
         """get_inputs() under a hidden seed. On a GPU the draw runs there (factory calls default
-        to the device): CPU randn of the 0.5-GiB gpu presets took seconds per case, under the
-        global RNG lock that serialises every evaluation thread."""
+        to the device): CPU randn of the 0.5-GiB gpu presets took seconds per case. Holds only
+        the generators it draws from (rng.py): a CPU model build elsewhere does not stall it."""
         gen = torch.Generator().manual_seed(seed ^ 0x5EED)
-        where = torch.device(self.device) if self.device.startswith("cuda") else nullcontext()
-        with _RNG_LOCK, where:
-            torch.manual_seed(seed)
-            raw = list(self.module.get_inputs())
+        cuda = self.device.startswith("cuda")
+
+        def draw() -> list[Any]:
+            if not cuda:
+                return list(self.module.get_inputs())
+            with torch.device(self.device):
+                return list(self.module.get_inputs())
+
+        start = must_hold(self.problem.reference_src, self.device)
+        if not start:
+            own = frozenset(filter(None, [generator_key(self.device)]))
+            start = own if self.draws_from is None else self.draws_from
+        raw, self.draws_from = seeded(draw, seed, start)
         return [map_tensors(v, lambda t: transform(t, dist, gen)) for v in raw]
 
     def run(self, inputs: list[Any]) -> Any:
@@ -248,13 +266,15 @@ class ReferenceStore:
         if not unrunnable:
             module = load_module(problem.reference_src, problem.id)
             try:
-                with _RNG_LOCK:
-                    torch.manual_seed(INIT_SEED)
-                    init_inputs = list(module.get_init_inputs())
-                    torch.manual_seed(INIT_SEED)
-                    unrunnable = cannot_run(problem, device, module, init_inputs)
-                    torch.manual_seed(INIT_SEED)
-                    model = None if unrunnable else module.Model(*init_inputs)
+                # each step holds (and seeds with INIT_SEED) only the generators it draws from
+                start = must_hold(problem.reference_src, device)
+                init_inputs, _ = seeded(lambda: list(module.get_init_inputs()), INIT_SEED, start)
+                unrunnable, _ = seeded(
+                    lambda: cannot_run(problem, device, module, init_inputs), INIT_SEED, start
+                )
+                model = None
+                if not unrunnable:
+                    model, _ = seeded(lambda: module.Model(*init_inputs), INIT_SEED, start)
                 if isinstance(model, torch.nn.Module):
                     with judge_device(device):
                         model = model.to(device)
@@ -423,15 +443,19 @@ def meta_footprint(ref: Reference) -> Footprint:
     """Sizes of the problem's inputs and outputs without allocating them (the meta device),
     before its first case is built; the workspace is guessed as one more output. Zeros where
     the reference cannot run on the meta device."""
-    try:
-        with _RNG_LOCK, torch.device("meta"):
+
+    def sizes() -> tuple[int, int]:
+        # meta tensors draw from no generator: no lock is held unless a call names a device
+        with torch.device("meta"):
             inputs = list(ref.module.get_inputs())
-            in_bytes = sum(t.numel() * t.element_size() for t in flatten_tensors(inputs))
-            torch.manual_seed(INIT_SEED)
             model = ref.module.Model(*ref.init_inputs)
             with torch.no_grad():
                 out = model(*inputs)
-        out_bytes = output_bytes(out)
+        return sum(t.numel() * t.element_size() for t in flatten_tensors(inputs)), output_bytes(out)
+
+    try:
+        start = must_hold(ref.problem.reference_src, ref.device)
+        (in_bytes, out_bytes), _ = seeded(sizes, INIT_SEED, start)
     except Exception:
         return Footprint(0, 0, 0, ref.weights)
     return Footprint(in_bytes, out_bytes, out_bytes, ref.weights)

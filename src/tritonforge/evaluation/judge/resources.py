@@ -180,6 +180,7 @@ class DeviceResources:
             "timing_seconds": round(self.gate.exclusive_seconds, 3),
             "timer_starts": self.timer.starts,
             "timer_deaths": self.timer.deaths,
+            "timer_weights": dict(self.timer.weights),  # loads given the judge's / built anew
         }
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from tritonforge.evaluation.judge.reference import Case
 from tritonforge.evaluation.sandbox.devshare import TOKEN_BYTES, DevShareError, ExportedBuffer
 from tritonforge.evaluation.sandbox.protocol import (
     ProtocolError,
+    pack_into,
     packed_size,
     unpack,
     unpack_buffer,
@@ -201,18 +203,67 @@ def _tensor_ids(node: Any) -> list[int]:
     return out
 
 
+@dataclass
+class Parcel:
+    """What travels with one request to the device's timing process: message fields, file
+    descriptors (closed by the request once sent) and shared buffers (released by `release`
+    once the process has answered: it has mapped them, or failed to)."""
+
+    msg: dict[str, Any] = field(default_factory=dict)
+    fds: list[int] = field(default_factory=list)
+    buffers: list[ExportedBuffer] = field(default_factory=list)
+
+    def add(self, other: Parcel) -> Parcel:
+        self.msg.update(other.msg)
+        self.fds += other.fds
+        self.buffers += other.buffers
+        return self
+
+    def release(self, device: str) -> None:
+        for buf in self.buffers:
+            close_shared(device, buf)
+        self.buffers.clear()
+
+    def discard(self, device: str) -> None:
+        """Never sent: its descriptors are closed here too."""
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
+        self.release(device)
+
+
 def export_inputs(device: str, case: Case) -> ExportedBuffer:
     """A new shared device buffer holding `case`'s packed inputs (one device-to-device copy,
     complete on return), for the device's trusted timing process. The caller closes it with
     `close_shared` once the process has mapped it; the memory lives on in that mapping."""
-    assert case.packed is not None
+    packed = case.packed
+    assert packed is not None
     size = case.desc["size"]
+    return _export(device, size, lambda dest: dest.copy_(packed))
+
+
+def export_tensors(device: str, tensors: list[torch.Tensor]) -> tuple[ExportedBuffer, dict]:
+    """A new shared device buffer holding `tensors` packed (protocol.py's layout) and its
+    descriptor; closed by the caller like `export_inputs`'s."""
+    desc: dict[str, Any] = {}
+
+    def fill(dest: torch.Tensor) -> None:
+        got = pack_into(tensors, dest)
+        assert got is not None  # sized by packed_size
+        desc.update(got)
+
+    return _export(device, packed_size(tensors), fill), desc
+
+
+def _export(device: str, size: int, fill: Any) -> ExportedBuffer:
+    """A shared buffer of `size` bytes on `device`, `fill`ed (the granule's tail zeroed: nothing
+    of the judge's beyond what it holds), every copy complete on return."""
     with judge_device(device):
         buf = ExportedBuffer(device, size)
         try:
             whole = buf.tensor(whole=True)
-            whole[size:].zero_()  # the granule's tail: nothing of the judge's beyond the inputs
-            whole[:size].copy_(case.packed)
+            whole[size:].zero_()
+            fill(whole[:size])
             torch.cuda.synchronize(buf.device)
         except BaseException:
             buf.close()

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from tritonforge.evaluation.sandbox.devshare import DevShareError
+from tritonforge.evaluation.sandbox.protocol import unpack, unpack_buffer
 
 
 @dataclass
@@ -40,13 +41,95 @@ class Loaded:
     compiled: Any | None = None
 
 
-def _build(source: str, key: str, init_inputs: list[Any], seed: int, device: str) -> Any:
+def _module(source: str, key: str) -> types.ModuleType:
     mod = types.ModuleType(f"tf_timed_{hashlib.sha1(key.encode()).hexdigest()[:10]}")
     mod.__file__ = f"<reference {key}>"
     exec(compile(source, mod.__file__, "exec"), mod.__dict__)
+    return mod
+
+
+def _build(mod: types.ModuleType, init_inputs: list[Any], seed: int, device: str) -> Any:
     torch.manual_seed(seed)
     model = mod.Model(*init_inputs)
     return model.to(device) if isinstance(model, torch.nn.Module) else model
+
+
+def _judges_weights(w: Any, spec: dict[str, Any], fd: int) -> list[torch.Tensor]:
+    """The tensors of a `weights` field: views of the judge's shared device buffer (kept mapped
+    as the weights), or private copies from its memfd. Closes `fd`."""
+    if spec.get("shared"):
+        from tritonforge.evaluation.sandbox.devshare import ImportedBuffer
+
+        want = spec["shared"]
+        buf = ImportedBuffer(fd, w.device, int(want["nbytes"]), int(want["size"]))
+        return list(unpack_buffer(spec["desc"], buf.tensor(), True, copy=False))
+    try:
+        return list(unpack(spec["desc"], fd, keep_strides=True, device=w.device))
+    finally:
+        os.close(fd)
+
+
+def from_weights(
+    mod: types.ModuleType, init_inputs: list[Any], spec: dict[str, Any], tensors: list[Any]
+) -> tuple[Any, str]:
+    """`Model` built on the meta device (no initialisation work), then each parameter and
+    buffer replaced by the judge's tensor of that name (tied names share one). Returns
+    (model, "") or (None, why) when that would not reproduce a build: the constructor fails on
+    the meta device, a name or shape differs, or a meta tensor is left."""
+    try:
+        with torch.device("meta"):
+            model = mod.Model(*init_inputs)
+    except Exception as exc:
+        return None, f"Model() on the meta device: {type(exc).__name__}: {str(exc)[:200]}"
+    if not isinstance(model, torch.nn.Module):
+        return None, "Model() is not a torch.nn.Module"
+    made: dict[int, torch.Tensor] = {}
+    for name, i, is_param in zip(spec["names"], spec["index"], spec["params"]):
+        owner, _, leaf = str(name).rpartition(".")
+        try:
+            table = getattr(model.get_submodule(owner), "_parameters" if is_param else "_buffers")
+        except AttributeError:
+            return None, f"no submodule {owner!r}"
+        old, new = table.get(leaf), tensors[int(i)]
+        if old is None or old.shape != new.shape or old.dtype != new.dtype:
+            return None, f"{name}: {None if old is None else tuple(old.shape)} here"
+        if int(i) not in made:
+            made[int(i)] = torch.nn.Parameter(new, old.requires_grad) if is_param else new
+        table[leaf] = made[int(i)]
+    left = meta_left(model)
+    return (None, f"not among the judge's weights: {', '.join(left[:4])}") if left else (model, "")
+
+
+def meta_left(model: torch.nn.Module) -> list[str]:
+    """Names of tensors still on the meta device: parameters, buffers, plain attributes."""
+    left = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
+    for prefix, m in model.named_modules():
+        for attr, v in vars(m).items():
+            if attr in ("_parameters", "_buffers", "_modules"):
+                continue
+            items = (
+                v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else [v]
+            )
+            if any(isinstance(x, torch.Tensor) and x.is_meta for x in items):
+                left.append(f"{prefix}.{attr}" if prefix else attr)
+    return left
+
+
+def _model(w: Any, msg: dict[str, Any], init_inputs: list[Any], fds: list[int]) -> tuple[Any, str]:
+    """The reference model: from the judge's weights when they came (`fds[0]`) and fit, else
+    built in full as the judge built it (seed, CPU initialisation, moved to the device). The
+    second value says which: "judge", "built" with the reason the judge's could not be used,
+    or "" when none came (a model without tensors, or one only a full build reproduces).
+    Closes `fds`."""
+    mod = _module(msg["source"], str(msg["key"]))
+    spec = msg.get("weights")
+    how = ""
+    if isinstance(spec, dict) and fds:
+        model, why = from_weights(mod, init_inputs, spec, _judges_weights(w, spec, fds.pop(0)))
+        if model is not None:
+            return model, "judge"
+        how = f"built: {why}"
+    return _build(mod, init_inputs, int(msg["init_seed"]), w.device), how
 
 
 def _compile(model: Any) -> Any:
@@ -74,11 +157,12 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
         torch.empty(1, device=w.device)  # the context, before anything is timed
     cuda_init_s = time.perf_counter() - t0
     init_inputs = w._inputs({"inputs": msg["init_inputs"]}, fds[:1], objects=True)  # judge's values
-    case_fds = fds[1:]
+    weight_fds = fds[1:2] if "weights" in msg else []
+    case_fds = fds[1 + len(weight_fds) :]
     w.path = f"<reference {key}>"
     spent: dict[str, float] = {}  # seconds: building the model, mapping the inputs, first calls
     try:
-        model = _build(msg["source"], key, init_inputs, int(msg["init_seed"]), w.device)
+        model, how = _model(w, msg, init_inputs, weight_fds)
         entry = Loaded(model, _compile(model) if msg.get("compile") else None)
         w.references[key] = entry
         spent["build"] = time.perf_counter() - t0 - cuda_init_s
@@ -109,9 +193,9 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
         w.fail(exc, "reference")
         return
     finally:
-        for fd in case_fds:
+        for fd in [*weight_fds, *case_fds]:
             os.close(fd)
-    w.reply({"ok": True, "cuda_init_s": cuda_init_s, "seconds": spent})
+    w.reply({"ok": True, "cuda_init_s": cuda_init_s, "seconds": spent, "weights": how})
 
 
 def refuse_shared(w: Any, exc: DevShareError) -> None:

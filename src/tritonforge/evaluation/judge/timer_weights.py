@@ -1,0 +1,97 @@
+"""The judge's reference weights, handed to the device's timing process instead of a second build.
+
+Covers: `collect` (a reference model's parameters and buffers by name, every name of a tied
+tensor pointing at one copy; None when the model is not a module or holds a tensor outside its
+parameters and buffers, which only a full build reproduces) and `offer` (what goes with a `ref_load`:
+the names, and the tensors through a shared device buffer or a sealed memfd).
+Why: KernelBench initialises a reference on the CPU; a 32768 x 32768 nn.Linear takes 7-9 s of
+single-threaded CPU there, and the timing process is one process serving every evaluation's
+timings, so a second build stalled them all. The timing process builds `Model` on the meta
+device and puts these tensors in place (sandbox/reference_host.py); whatever it cannot match,
+it builds in full as before.
+The judge's model is the one its trials ran: only the forward's own changes to buffers (e.g.
+batch norm's running statistics in training mode) differ from a fresh build, which does not
+change what a timed call computes or how long it takes.
+Does not cover: the request itself (ref_timer.py), the transfer (transport.py, protocol.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tritonforge.evaluation.judge.transport import Parcel, close_shared, export_tensors
+from tritonforge.evaluation.sandbox.protocol import pack
+
+_MODULE_TABLES = ("_parameters", "_buffers", "_modules")
+
+
+@dataclass
+class Weights:
+    """A model's tensors by name: `index[i]` is the tensor of `names[i]`, a parameter when
+    `params[i]` (else a buffer)."""
+
+    names: list[str]
+    index: list[int]
+    params: list[bool]
+    tensors: list[torch.Tensor]
+
+    def spec(self) -> dict[str, Any]:
+        return {"names": self.names, "index": self.index, "params": self.params}
+
+
+def collect(model: Any) -> Weights | None:
+    """`model`'s parameters and buffers, or None when they do not make up all its tensors."""
+    if not isinstance(model, torch.nn.Module) or loose_tensors(model):
+        return None
+    w = Weights([], [], [], [])
+    seen: dict[int, int] = {}
+    named = [
+        *((n, t, True) for n, t in model.named_parameters(remove_duplicate=False)),
+        *((n, t, False) for n, t in model.named_buffers(remove_duplicate=False)),
+    ]
+    for name, t, is_param in named:
+        if id(t) not in seen:
+            seen[id(t)] = len(w.tensors)
+            w.tensors.append(t.detach())
+        w.names.append(name)
+        w.index.append(seen[id(t)])
+        w.params.append(is_param)
+    return w if w.tensors else None
+
+
+def loose_tensors(model: torch.nn.Module) -> list[str]:
+    """Names of tensors a module holds outside its parameters and buffers (plain attributes,
+    also inside a list, tuple or dict attribute)."""
+    found = []
+    for prefix, m in model.named_modules():
+        for attr, v in vars(m).items():
+            if attr in _MODULE_TABLES:
+                continue
+            items = (
+                v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else [v]
+            )
+            if any(isinstance(x, torch.Tensor) for x in items):
+                found.append(f"{prefix}.{attr}" if prefix else attr)
+    return found
+
+
+def offer(model: Any, device: str, shared: bool) -> Parcel:
+    """What a `ref_load` carries of `model`'s weights: through a shared device buffer (`shared`:
+    one device-to-device copy; the process keeps the mapping as its weights), else a sealed
+    memfd (the process copies them into its own memory); nothing when `collect` finds none."""
+    w = collect(model)
+    if w is None:
+        return Parcel()
+    if shared and device != "cpu":
+        buf, desc = export_tensors(device, w.tensors)
+        try:
+            carry = {"desc": desc, "shared": {"nbytes": buf.nbytes, "size": buf.size}}
+            return Parcel({"weights": {**w.spec(), **carry}}, [buf.share()], [buf])
+        except BaseException:
+            close_shared(device, buf)
+            raise
+    desc, fd = pack(w.tensors)
+    return Parcel({"weights": {**w.spec(), "desc": desc}}, [fd])
