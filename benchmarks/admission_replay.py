@@ -1,9 +1,10 @@
 """Replay of a KernelBench run's memory admission on the CPU, sped up, with the real scheduler code.
 
-Each hybrid row of a kernelbench_self result (default docs/bench/h200_kernelbench_self.json, one
-level) becomes a job that reserves its problem's estimated evaluation bytes (the meta-device
-estimate of evaluation/batch_order.py, over the run's device budget) and holds them for the
-row's wall less its admission wait, divided by --scale (several levels: one batch of all). The jobs go through the real
+Each hybrid row of a kernelbench_self result (default: the H200 run of
+docs/bench/h200_kernelbench_self_before_weights.json; --levels: one batch of all of them)
+becomes a job that reserves its problem's estimated evaluation bytes (the meta-device estimate
+of evaluation/batch_order.py, over the run's device budget) and holds them for the row's wall
+less its admission wait, divided by --scale. The jobs go through the real
 `DeviceBudget` (judge/admission.py) and the real `run_jobs` (evaluation/batch_order.py) under
 four policies: strict FIFO or backfill, in problem order or in batch order. Written: each
 policy's makespan and summed admission wait (scaled back to seconds), the most jobs running and
@@ -15,7 +16,7 @@ trimmed), estimates that differ from the measured footprints, and the sleep jitt
 machine (about a millisecond, times --scale).
 
     python benchmarks/admission_replay.py --levels 1 --out docs/bench/admission_replay_l1.json
-    python benchmarks/admission_replay.py --levels 1,2 --out docs/bench/admission_replay_l12.json
+    python benchmarks/admission_replay.py --levels 1,2 --scale 80 --out docs/bench/admission_replay_l12.json
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.batch_order import estimate_shares, is_heavy, run_jobs
 from tritonforge.evaluation.judge.admission import DeviceBudget
 
+BENCH = Path("docs/bench")
 POLICIES = {  # name: (backfill, batch order)
     "fifo_problem_order": (False, False),
     "backfill_problem_order": (True, False),
@@ -109,7 +111,9 @@ def bounds(jobs: list[dict[str, Any]], workers: int) -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=Path, default=Path("docs/bench/h200_kernelbench_self.json"))
+    ap.add_argument(
+        "--rows", type=Path, default=BENCH / "h200_kernelbench_self_before_weights.json"
+    )
     ap.add_argument("--levels", default="1", help="comma-separated: 1,2 replays one batch of both")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--scale", type=float, default=50.0, help="replay this many times faster")

@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data" / "kernelbench"
-ROWS = REPO / "docs" / "bench" / "h200_kernelbench_self.json"
+ROWS = REPO / "docs" / "bench" / "h200_kernelbench_self_before_weights.json"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import admission_replay as ar  # noqa: E402

@@ -21,7 +21,9 @@ from tritonforge.evaluation.batch_order import (
 )
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "kernelbench"
-H200_BUDGET = 135098892288  # 0.9 of an H200's memory (docs/bench/h200_kernelbench_self.json)
+H200_BUDGET = (
+    135098892288  # 0.9 of an H200's memory (docs/bench/h200_kernelbench_self_before_weights.json)
+)
 
 
 def _walk(feed: Feed) -> list[tuple[int, list[int], int, float]]:
