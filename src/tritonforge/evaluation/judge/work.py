@@ -17,6 +17,7 @@ Does not cover: the minimum-share rule (decide.py) or the profile itself (sandbo
 from __future__ import annotations
 
 import math
+import threading
 from contextlib import nullcontext
 from typing import Any
 
@@ -114,11 +115,16 @@ def custom_share(candidate_ops: Any, reference: float | None) -> float | None:
     return min(1.0, max(0.0, 1.0 - done / reference))
 
 
+_PROFILER = threading.Lock()  # torch's profiler is one per process: concurrent sessions crash
+
+
 def reference_work(model: Any, inputs: list[Any], device: str) -> float:
-    """The reference's own compute work on `inputs`, profiled here (trusted) like a candidate."""
+    """The reference's own compute work on `inputs`, profiled here (trusted) like a candidate.
+    One profiling at a time in the judge: two evaluation threads profiling at once ended the
+    process with a segmentation fault (or lost each other's events) inside torch's profiler."""
     token = "reference"
     where = torch.cuda.device(device) if device.startswith("cuda") else nullcontext()
-    with where, torch.no_grad():
+    with _PROFILER, where, torch.no_grad():
         with torch.autograd.profiler.profile(use_kineto=False, record_shapes=True) as prof:
             with torch.autograd.profiler.record_function(f"tf::forward::{token}"):
                 model(*inputs)
