@@ -444,6 +444,12 @@ def test_the_timing_process_takes_the_judges_weights_or_builds_what_they_miss(bu
         "none": WEIGHTED_REF.format(
             extra="        self.mask = torch.rand(n) > 0.5", use=" * self.mask"
         ),
+        # a tensor held deeper than the module's attributes: the meta build leaves it on the
+        # meta device unseen, the first call fails, and the process builds the model in full
+        "built_deep": WEIGHTED_REF.format(
+            extra="        self.h = type('H', (), {})()\n        self.h.t = torch.ones(n)",
+            use=" * self.h.t",
+        ),
     }
     with Evaluator(_settings()) as ev:
         timer = ev.resources("cpu").timer
@@ -456,4 +462,23 @@ def test_the_timing_process_takes_the_judges_weights_or_builds_what_they_miss(bu
             assert reply["ok"] and len(reply["times_ms"]) == 3
             timer.release(key)
         assert timer.starts == 1 and timer.deaths == 0
-        assert ev.device_stats()["cpu"]["timer_weights"] == {"judge": 1, "built": 1}
+        assert ev.device_stats()["cpu"]["timer_weights"] == {"judge": 1, "built": 2}
+
+
+def test_the_timing_process_descriptors_are_closed_when_it_cannot_start(builtin, monkeypatch):
+    """A load whose timing process cannot be started closes what it would have sent (the
+    weights' and inputs' descriptors: on a GPU, exported device memory lives while one is open)."""
+    from tritonforge.evaluation.judge import ref_timer
+
+    def no_process(self):
+        raise ref_timer.TimerDied("the reference timing process did not start: (test)")
+
+    with Evaluator(_settings()) as ev:
+        timer = ev.resources("cpu").timer
+        ref = ev.refs.reference(builtin["relu"], "cpu")
+        case = ev.refs.case(ref, 1, "native")
+        monkeypatch.setattr(ref_timer.RefTimer, "_ensure", no_process)
+        before = set(os.listdir("/proc/self/fd"))
+        with pytest.raises(ref_timer.TimerDied):
+            timer.prepare(ref, case, False, 10.0)
+        assert set(os.listdir("/proc/self/fd")) <= before

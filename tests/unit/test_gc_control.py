@@ -59,6 +59,18 @@ def test_a_full_collection_every_n_steps_frees_old_cycles(collector) -> None:
     assert old_ref() is None and ctl.full_collections == 1
 
 
+def test_the_collector_comes_back_when_the_after_step_collection_fails(collector, monkeypatch):
+    ctl = StepGC(full_every=2)
+
+    def interrupted(*generation):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gc, "collect", interrupted)
+    with pytest.raises(KeyboardInterrupt), ctl.step():
+        pass
+    assert gc.isenabled()
+
+
 def test_zero_leaves_the_collector_alone(collector) -> None:
     ctl = StepGC(full_every=0)
     with ctl.step():

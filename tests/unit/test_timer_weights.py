@@ -136,3 +136,35 @@ def test_what_the_meta_device_cannot_build_is_refused_with_a_reason() -> None:
     spec = {"names": ["fc.weight"], "index": [0], "params": [True]}
     model, why = from_weights(mod, [8], spec, [torch.zeros(3, 3)])
     assert model is None and "fc.weight" in why
+
+
+def test_weights_the_wire_cannot_carry_are_not_offered() -> None:
+    """protocol.py carries at most MAX_TENSORS tensors of its dtypes per descriptor: a level-3
+    CNN's batch norms alone exceed the count. Such a model (and one whose tensors hold no bytes)
+    is built in the timing process as before; offering it raised out of the timing (every
+    evaluation of the problem an internal error)."""
+    many = nn.Sequential(*[nn.BatchNorm1d(4) for _ in range(13)])  # 65 tensors
+    assert len(collect(many).tensors) == 65
+    assert offer(many, "cpu", False).msg == {}
+    odd = nn.Linear(2, 2).to(torch.complex128)
+    assert offer(odd, "cpu", False).msg == {}
+    empty = nn.Linear(0, 0)
+    assert offer(empty, "cpu", False).msg == {}
+    assert offer(nn.Linear(2, 2), "cpu", False).msg  # (and an ordinary one is offered)
+
+
+def test_a_lazy_module_is_refused_with_a_reason_not_an_error() -> None:
+    src = """
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.LazyLinear(n)
+    def forward(self, x):
+        return self.fc(x)
+"""
+    mod, judge = built(src)
+    judge(torch.randn(2, 8))  # materialised in the judge, not on the meta device
+    w = collect(judge)
+    model, why = from_weights(mod, [8], w.spec(), w.tensors)
+    assert model is None and "placing the judge's weights" in why

@@ -9,7 +9,10 @@ runs; after each step the young generations are collected (milliseconds); after 
 `freeze_after` steps everything alive (the model, the compiled graphs) is frozen, so no later
 collection scans it again; and every `full_every` steps there is one full collection, so
 garbage that reached the old generation is still freed. `full_every = 0` leaves the collector
-as it is. Nested steps (an SFT step inside a trainer's) are one step.
+as it is. Nested steps (an SFT step inside a trainer's) are one step. The collector is one per
+process: while a step runs, other threads (async RL's rollouts beside the trainer) get no
+automatic collection either, and the first step's freeze also keeps whatever of theirs is
+alive then out of later collections (once; reference counting still frees it).
 Does not cover: device memory (torch's caching allocator), what a step computes.
 """
 
@@ -47,9 +50,11 @@ class StepGC:
         finally:
             self._depth = 0
             self.steps += 1
-            self._after_step()
-            if was_enabled:
-                gc.enable()
+            try:
+                self._after_step()
+            finally:
+                if was_enabled:
+                    gc.enable()
 
     def _after_step(self) -> None:
         if self.steps == self.freeze_after:  # garbage first, then the survivors frozen

@@ -21,8 +21,11 @@ granted first (a *backfill*) only when all of these hold:
 - it cannot delay the head: the bytes of the backfills granted since the head became the head
   and still held, + this request + the head's need <= capacity - pinned bytes. So when the
   holders the head waited for finish, the head fits (caches can be trimmed to the pinned bytes).
-Among requests that may be backfilled, an earlier one goes first. The head is therefore never
-overtaken by a request that could delay it: it waits at most for the holders it found.
+Among requests that may be backfilled, an earlier one goes first. The head waits for the
+holders it found and, where memory that cannot be trimmed at once (a reference pinned in the
+timing process, a trim skipped while that process is busy) keeps resident bytes above the
+pinned floor, for backfills granted meanwhile; no new backfill starts once only backfills stand
+in its way, so the wait stays bounded.
 Does not cover: measuring footprints (reference.py), who calls it (evaluator.py), the order
 in which a batch submits its jobs (evaluation/batch_order.py), the service queue
 (service/service.py).

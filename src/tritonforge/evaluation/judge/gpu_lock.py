@@ -9,8 +9,8 @@ must not wait for GPU work other judge threads queued meanwhile. Workers are sep
 with their own CUDA contexts; their requests take the gate themselves (candidate.py).
 Re-entrant for the thread that holds it; a no-op for "cpu" (CPU judging times nothing on the
 judge side: its reference runs stay parallel).
-Lock order: after a reference's case lock; only the generator locks of rng.py are taken
-inside it.
+Lock order: after a reference's case lock; only the generator locks of rng.py and the
+profiler lock of work.py are taken inside it.
 Does not cover: exclusivity of timing (device_gate.py, gpu_timing.py).
 """
 

@@ -116,8 +116,8 @@ class RefTimer:
         return self.session
 
     def _request(self, msg: dict[str, Any], fds: list[int], budget: float) -> dict[str, Any]:
-        session = self._ensure()
-        try:
+        try:  # (the descriptors are closed also when the process cannot be started)
+            session = self._ensure()
             reply, extra = session.request(msg, fds, time.monotonic() + budget)
         except ProtocolError as exc:  # PeerClosed, Deadline, a malformed frame
             ended = self._forget(f"{type(exc).__name__}: {exc}")
@@ -158,8 +158,8 @@ class RefTimer:
         """Load `ref` (and its compiled version if asked) with `case` as its timing inputs,
         unless already loaded with that case; returns its key. Raises TimerDied,
         ReferenceUnusable or JudgeOutOfMemory. `phases` gets the seconds of a load's parts:
-        `timer_send` (the inputs handed over: a device-to-device copy into a shared buffer, or
-        a host memfd), `timer_build`, `timer_inputs` (mapped in the process), `timer_calls`."""
+        `timer_send` (the weights and inputs handed over: device-to-device copies into shared
+        buffers, or host memfds), `timer_build`, `timer_inputs` (mapped in the process), `timer_calls`."""
         key = timer_key(ref)
         with self.lock:
             loaded = key in self.entries and self.cases.get(key) == case.ident

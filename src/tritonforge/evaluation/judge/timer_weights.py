@@ -1,8 +1,9 @@
 """The judge's reference weights, handed to the device's timing process instead of a second build.
 
 Covers: `collect` (a reference model's parameters and buffers by name, every name of a tied
-tensor pointing at one copy; None when the model is not a module or holds a tensor outside its
-parameters and buffers, which only a full build reproduces) and `offer` (what goes with a `ref_load`:
+tensor pointing at one copy; None when the model is not a module or holds a plain tensor
+attribute, directly or in a list, tuple or dict, which only a full build reproduces; deeper ones
+are caught in the process: a meta tensor left, or a first call that fails) and `offer` (what goes with a `ref_load`:
 the names, and the tensors through a shared device buffer or a sealed memfd).
 Why: KernelBench initialises a reference on the CPU; a 32768 x 32768 nn.Linear takes 7-9 s of
 single-threaded CPU there, and the timing process is one process serving every evaluation's
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from tritonforge.evaluation.judge.transport import Parcel, close_shared, export_tensors
-from tritonforge.evaluation.sandbox.protocol import pack
+from tritonforge.evaluation.sandbox.protocol import DTYPE_NAMES, MAX_TENSORS, pack, packed_size
 
 _MODULE_TABLES = ("_parameters", "_buffers", "_modules")
 
@@ -62,6 +63,17 @@ def collect(model: Any) -> Weights | None:
     return w if w.tensors else None
 
 
+def fits_the_wire(tensors: list[torch.Tensor]) -> bool:
+    """What protocol.py can carry in one descriptor (at most MAX_TENSORS tensors, of its dtypes)
+    and is worth a buffer (some bytes); else the timing process builds the model itself (a
+    level-3 CNN's batch norms alone exceed the count)."""
+    return (
+        0 < len(tensors) <= MAX_TENSORS
+        and all(t.dtype in DTYPE_NAMES for t in tensors)
+        and packed_size(tensors) > 0
+    )
+
+
 def loose_tensors(model: torch.nn.Module) -> list[str]:
     """Names of tensors a module holds outside its parameters and buffers (plain attributes,
     also inside a list, tuple or dict attribute)."""
@@ -83,7 +95,7 @@ def offer(model: Any, device: str, shared: bool) -> Parcel:
     one device-to-device copy; the process keeps the mapping as its weights), else a sealed
     memfd (the process copies them into its own memory); nothing when `collect` finds none."""
     w = collect(model)
-    if w is None:
+    if w is None or not fits_the_wire(w.tensors):
         return Parcel()
     if shared and device != "cpu":
         buf, desc = export_tensors(device, w.tensors)

@@ -266,7 +266,7 @@ def _export(device: str, size: int, fill: Any) -> ExportedBuffer:
             fill(whole[:size])
             torch.cuda.synchronize(buf.device)
         except BaseException:
-            buf.close()
+            close_shared(device, buf)  # after the queued copies (the mapping then goes)
             raise
     return buf
 

@@ -1,8 +1,9 @@
 """The device's trusted timing process: references loaded side by side, timed like candidates.
 
 Covers the worker ops of that process: `load` (op `ref_load`: run a problem's reference source,
-which is trusted and comes from the judge, as a fresh module; build `Model` on the device with
-the judge's init inputs and seed, as the judge does; optionally `torch.compile` it; map the
+which is trusted and comes from the judge, as a fresh module; build `Model` on the meta device
+and give it the judge's weights (judge/timer_weights.py), or, where those cannot reproduce a
+build, build it on the device with the judge's init inputs and seed, as the judge does; optionally `torch.compile` it; map the
 timing case's inputs once and call each model once, so compilation and first-call work happen
 here and not inside a timed round), `drop` (op `ref_drop`) and `callable_of` (the eager or
 compiled model a `time` request names). The process also runs one call under the audit's
@@ -31,6 +32,7 @@ from typing import Any
 
 import torch
 
+from tritonforge.evaluation.sandbox.classify import is_device_oom
 from tritonforge.evaluation.sandbox.devshare import DevShareError
 from tritonforge.evaluation.sandbox.protocol import unpack, unpack_buffer
 
@@ -83,6 +85,15 @@ def from_weights(
         return None, f"Model() on the meta device: {type(exc).__name__}: {str(exc)[:200]}"
     if not isinstance(model, torch.nn.Module):
         return None, "Model() is not a torch.nn.Module"
+    try:
+        return _put_in_place(model, spec, tensors)
+    except Exception as exc:  # e.g. a lazy module's uninitialised parameter on the meta device
+        return None, f"placing the judge's weights: {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _put_in_place(
+    model: torch.nn.Module, spec: dict[str, Any], tensors: list[Any]
+) -> tuple[Any, str]:
     made: dict[int, torch.Tensor] = {}
     for name, i, is_param in zip(spec["names"], spec["index"], spec["params"]):
         owner, _, leaf = str(name).rpartition(".")
@@ -149,7 +160,8 @@ def _profile_once(model: Any, inputs: list[Any]) -> None:
 
 
 def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
-    """`ref_load`: fds are the init inputs' memfd, then (optionally) the timing case's."""
+    """`ref_load`: fds are the init inputs' memfd, then the judge's weights (when `weights` is
+    in the message: a shared device buffer or a memfd), then the timing case's inputs."""
     key = str(msg["key"])
     w.device = msg.get("device", "cpu")
     t0 = time.perf_counter()
@@ -173,14 +185,23 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
             w._sync()
             spent["inputs"] = time.perf_counter() - t
             t = time.perf_counter()
-            with torch.no_grad():
-                for fn in (entry.model, entry.compiled):
-                    if fn is not None:
-                        fn(*inputs)
-                if not w.references_profiled:
-                    _profile_once(entry.model, inputs)  # the state a candidate's worker has
-                    w.references_profiled = True
-            w._sync()
+            try:
+                _first_calls(w, entry, inputs)
+            except Exception as exc:
+                if how != "judge" or is_device_oom(exc):
+                    raise
+                # a tensor the meta build missed (held deeper than a module's attributes):
+                # the reference built in full, as the judge built it
+                how = f"built: the first call with the judge's weights failed: {exc!r}"[:300]
+                w.references.pop(key, None)
+                entry = model = None  # the judge's views go before the full build
+                model = _build(
+                    _module(msg["source"], key), init_inputs, int(msg["init_seed"]), w.device
+                )
+                entry = w.references[key] = Loaded(
+                    model, _compile(model) if msg.get("compile") else None
+                )
+                _first_calls(w, entry, inputs)
             spent["calls"] = time.perf_counter() - t
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
@@ -196,6 +217,19 @@ def load(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
         for fd in [*weight_fds, *case_fds]:
             os.close(fd)
     w.reply({"ok": True, "cuda_init_s": cuda_init_s, "seconds": spent, "weights": how})
+
+
+def _first_calls(w: Any, entry: Loaded, inputs: list[Any]) -> None:
+    """Each model called once on the timing inputs (compiles happen here, not in a timed round);
+    the first reference of the process also once under the audit's profiler."""
+    with torch.no_grad():
+        for fn in (entry.model, entry.compiled):
+            if fn is not None:
+                fn(*inputs)
+        if not w.references_profiled:
+            _profile_once(entry.model, inputs)  # the state a candidate's worker has
+            w.references_profiled = True
+    w._sync()
 
 
 def refuse_shared(w: Any, exc: DevShareError) -> None:
