@@ -34,7 +34,7 @@ from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.reference import INIT_SEED, Case, Reference
 from tritonforge.evaluation.judge.session import Session, describe_exit
 from tritonforge.evaluation.judge.timer_weights import offer
-from tritonforge.evaluation.judge.transport import Parcel, close_shared, export_inputs
+from tritonforge.evaluation.judge.transport import Parcel, export_inputs, shared_parcel
 from tritonforge.evaluation.sandbox.devshare import DevShareError
 from tritonforge.evaluation.sandbox.protocol import ProtocolError, pack
 from tritonforge.logging_setup import get_logger
@@ -362,14 +362,7 @@ class RefTimer:
 
 def _shared_inputs(device: str, case: Case) -> Parcel:
     """`case`'s inputs in a new shared device buffer, which the process keeps as its inputs."""
-    buf = export_inputs(device, case)
-    try:
-        return Parcel(
-            {"shared_inputs": {"nbytes": buf.nbytes, "size": buf.size}}, [buf.share()], [buf]
-        )
-    except BaseException:
-        close_shared(device, buf)
-        raise
+    return shared_parcel(device, export_inputs(device, case), lambda sh: {"shared_inputs": sh})
 
 
 def _check(reply: dict[str, Any], what: str) -> None:

@@ -23,10 +23,9 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.judge.transport import Parcel, close_shared, export_tensors
+from tritonforge.evaluation.judge.transport import Parcel, export_tensors, shared_parcel
 from tritonforge.evaluation.sandbox.protocol import DTYPE_NAMES, MAX_TENSORS, pack, packed_size
-
-_MODULE_TABLES = ("_parameters", "_buffers", "_modules")
+from tritonforge.evaluation.sandbox.reference_host import attribute_tensors
 
 
 @dataclass
@@ -77,17 +76,7 @@ def fits_the_wire(tensors: list[torch.Tensor]) -> bool:
 def loose_tensors(model: torch.nn.Module) -> list[str]:
     """Names of tensors a module holds outside its parameters and buffers (plain attributes,
     also inside a list, tuple or dict attribute)."""
-    found = []
-    for prefix, m in model.named_modules():
-        for attr, v in vars(m).items():
-            if attr in _MODULE_TABLES:
-                continue
-            items = (
-                v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else [v]
-            )
-            if any(isinstance(x, torch.Tensor) for x in items):
-                found.append(f"{prefix}.{attr}" if prefix else attr)
-    return found
+    return attribute_tensors(model)
 
 
 def offer(model: Any, device: str, shared: bool) -> Parcel:
@@ -99,11 +88,8 @@ def offer(model: Any, device: str, shared: bool) -> Parcel:
         return Parcel()
     if shared and device != "cpu":
         buf, desc = export_tensors(device, w.tensors)
-        try:
-            carry = {"desc": desc, "shared": {"nbytes": buf.nbytes, "size": buf.size}}
-            return Parcel({"weights": {**w.spec(), **carry}}, [buf.share()], [buf])
-        except BaseException:
-            close_shared(device, buf)
-            raise
+        return shared_parcel(
+            device, buf, lambda sh: {"weights": {**w.spec(), "desc": desc, "shared": sh}}
+        )
     desc, fd = pack(w.tensors)
     return Parcel({"weights": {**w.spec(), "desc": desc}}, [fd])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,6 +231,18 @@ class Parcel:
             os.close(fd)
         self.fds.clear()
         self.release(device)
+
+
+def shared_parcel(
+    device: str, buf: ExportedBuffer, fields: Callable[[dict[str, int]], dict[str, Any]]
+) -> Parcel:
+    """A Parcel sending `buf` to the timing process: a descriptor of it, and the message fields
+    `fields` makes of its size ({"nbytes", "size"}); `buf` is released if that fails."""
+    try:
+        return Parcel(fields({"nbytes": buf.nbytes, "size": buf.size}), [buf.share()], [buf])
+    except BaseException:
+        close_shared(device, buf)
+        raise
 
 
 def export_inputs(device: str, case: Case) -> ExportedBuffer:

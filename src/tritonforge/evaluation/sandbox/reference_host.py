@@ -114,6 +114,13 @@ def _put_in_place(
 def meta_left(model: torch.nn.Module) -> list[str]:
     """Names of tensors still on the meta device: parameters, buffers, plain attributes."""
     left = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
+    return left + attribute_tensors(model, lambda t: t.is_meta)
+
+
+def attribute_tensors(model: torch.nn.Module, keep: Any = lambda t: True) -> list[str]:
+    """Names of the module attributes (not its parameters, buffers or submodules) holding a
+    tensor that `keep` accepts, directly or inside a list, tuple or dict."""
+    found = []
     for prefix, m in model.named_modules():
         for attr, v in vars(m).items():
             if attr in ("_parameters", "_buffers", "_modules"):
@@ -121,9 +128,9 @@ def meta_left(model: torch.nn.Module) -> list[str]:
             items = (
                 v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else [v]
             )
-            if any(isinstance(x, torch.Tensor) and x.is_meta for x in items):
-                left.append(f"{prefix}.{attr}" if prefix else attr)
-    return left
+            if any(isinstance(x, torch.Tensor) and keep(x) for x in items):
+                found.append(f"{prefix}.{attr}" if prefix else attr)
+    return found
 
 
 def _model(w: Any, msg: dict[str, Any], init_inputs: list[Any], fds: list[int]) -> tuple[Any, str]:
