@@ -173,7 +173,9 @@ def main() -> int:
     def on_done(key: str, v: Verdict) -> None:
         ph = v.phase_seconds
         spawn = ph.get("spawn", 0.0) + ph.get("cuda_init", 0.0) if "spawn" in ph else None
-        out.add(bc.verdict_row(key, v, variant=key.split(":")[0], spawn_s=spawn), summarize)
+        end = round(time.monotonic() - t0, 2)  # (start: end - wall) for the session's timeline
+        row = bc.verdict_row(key, v, variant=key.split(":")[0], spawn_s=spawn, end_s=end)
+        out.add(row, summarize)
         print(f"{len(out.doc['rows'])} {v.short()} {v.wall_seconds:.1f}s", file=sys.stderr)
 
     t0 = time.monotonic()

@@ -186,6 +186,54 @@ def test_timing_process_takes_the_judges_weights_through_a_shared_buffer(
     assert "built" not in timer.weights, dict(timer.weights)
 
 
+STRIDED_REF = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(48, 40).t())  # a transposed parameter: strided
+        self.scale = scale
+
+    def forward(self, x):
+        return self.scale * x + self.w
+
+
+def get_inputs():
+    return [torch.randn(40, 48).t()]  # shape (48, 40), strides (1, 48)
+
+
+def get_init_inputs():
+    return [2.0]
+"""
+
+
+def test_strided_inputs_and_weights_through_shared_buffers_keep_the_timing_process_alive(
+    gpu_judge: Evaluator,
+) -> None:
+    """Strided tensors arrive in the timing process as copies out of the shared buffer, whose
+    mapping then goes at once: it must not go before the copies ran (an unmap ahead of a queued
+    copy ended the process's context with an illegal memory access, and every later timing was
+    a judge fault). Twice, and an ordinary problem after: the process still times."""
+    from tritonforge.types import Problem
+
+    s = gpu_judge.settings.model_copy(deep=True)
+    s.mode = "hybrid"  # the candidate is the reference itself, in PyTorch
+    for i in range(2):
+        src = STRIDED_REF.replace("2.0]", f"{2.0 + i}]")
+        problem = Problem(id=f"devshare/strided{i}", suite="devshare", name=f"strided{i}",
+                          reference_src=src, size="cpu")  # fmt: skip
+        v = gpu_judge.evaluate(problem, src.replace("class Model", "class ModelNew"), s)
+        assert v.status is Status.CORRECT, v.message
+        assert v.speedup is not None, v.notes
+    plain = _problem("relu")
+    v = gpu_judge.evaluate(plain, plain.solution_src)
+    assert v.status is Status.CORRECT and v.speedup is not None, v.message
+    assert gpu_judge.resources("cuda:0").timer.deaths == 0
+
+
 def test_timing_process_falls_back_to_a_memfd(monkeypatch) -> None:
     from tritonforge.evaluation.judge import ref_timer
     from tritonforge.evaluation.sandbox.devshare import DevShareError

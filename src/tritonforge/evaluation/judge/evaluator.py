@@ -456,9 +456,11 @@ class Evaluator:
         if run.settings.mode != "hybrid":
             return None  # strict rejects the compute anyway; no shapes were recorded
         if key not in self._work and audit.get("op_shapes"):
+            began = time.monotonic()  # (a part of "check")
             with run.ref.lock, judge_device(run.device):
                 inputs = [map_tensors(v, lambda t: t.clone()) for v in case.inputs]
                 self._work[key] = reference_work(run.ref.model, inputs, run.device)
+            run.phases["reference_profile"] += time.monotonic() - began
         return custom_share(audit.get("op_shapes"), self._work.get(key))
 
     def _run(self, run: CandidateRun, plan: list[tuple[int, str]]) -> Verdict:

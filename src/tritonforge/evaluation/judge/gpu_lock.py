@@ -17,6 +17,7 @@ Does not cover: exclusivity of timing (device_gate.py, gpu_timing.py).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -41,5 +42,37 @@ def judge_device(device: str) -> Iterator[None]:
     if device == "cpu":
         yield
         return
-    with gate(device).shared(), device_lock(device):
-        yield
+    with gate(device).shared():
+        lock = device_lock(device)
+        asked = time.monotonic()
+        with lock:
+            got = time.monotonic()
+            outer = _DEPTH.get(device, 0) == 0  # (only this thread can hold it now)
+            _DEPTH[device] = _DEPTH.get(device, 0) + 1
+            try:
+                yield
+            finally:
+                _DEPTH[device] -= 1
+                if outer:
+                    _add(device, got - asked, time.monotonic() - got)
+
+
+_DEPTH: dict[str, int] = {}  # nesting depth of the holding thread, per device (under its lock)
+_STATS: dict[str, list[float]] = {}  # device -> [outermost holds, seconds waited, seconds held]
+
+
+def _add(device: str, waited: float, held: float) -> None:
+    with _GUARD:
+        row = _STATS.setdefault(device, [0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += waited
+        row[2] += held
+
+
+def lock_stats(device: str) -> dict[str, float]:
+    """How the judge's lock of `device` was used: outermost holds, seconds threads waited for it
+    and seconds it was held (held near the wall clock: the judge's own device work is the
+    bottleneck)."""
+    with _GUARD:
+        holds, waited, held = _STATS.get(device, [0.0, 0.0, 0.0])
+    return {"holds": int(holds), "waited_s": round(waited, 3), "held_s": round(held, 3)}

@@ -20,6 +20,7 @@ Does not cover: the timing loop (sandbox/timing_loop.py), statistics (timing.py)
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.ref_timer import ReferenceUnusable, RefTimer, TimerDied
 from tritonforge.evaluation.judge.reference import Case
 from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, device_peaks, stats
-from tritonforge.evaluation.sandbox.protocol import DEVICE_CLOCKS
+from tritonforge.evaluation.sandbox.protocol import DEVICE_CLOCKS, TRIAL_PARTS
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Status, Verdict
 
@@ -130,6 +131,7 @@ def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) 
             sides = ["cand", "base"] + (["comp"] if s.compile_baseline else [])
             for side in sides if r % 2 == 0 else sides[::-1]:
                 budget = max(0.1, deadline - time.monotonic())
+                t_req = time.monotonic()
                 if side == "cand":
                     reply = _candidate_round(run, case, warm, per_round, budget)
                     out.launches += [int(x) for x in _floats(reply.get("launches"))][skip:]
@@ -139,6 +141,7 @@ def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) 
                         key, side == "comp", case, (warm, per_round, s.perf_round_ms),
                         s.timing_clock, budget,
                     )  # fmt: skip
+                _round_phases(run.phases, time.monotonic() - t_req, reply)
                 getattr(out, side).extend(_floats(reply.get("times_ms"))[skip:])
                 getattr(out, f"{side}_host").extend(_floats(reply.get("host_ms"))[skip:])
                 out.clocks.add(str(reply.get("clock", "host")))
@@ -147,6 +150,26 @@ def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) 
                     out.exposed[side] = out.exposed.get(side, 0) + n
         run.phases["timed_rounds"] += time.monotonic() - t
     return out
+
+
+def _round_phases(phases: Any, wall: float, reply: dict[str, Any]) -> None:
+    """Where a timed round's time goes (diagnostics only, never a decision: the candidate's
+    figures are its own word): `round_requests` the requests' walls seen here, `round_loops`
+    the worker's own wall of its warmup and trials, `round_device` the timed calls' times, and
+    the trials' host time by part (`round_flush`, ... : protocol.TRIAL_PARTS)."""
+
+    def seconds(x: Any) -> float:
+        ms = [v for v in _floats(x if isinstance(x, list) else [x]) if math.isfinite(v)]
+        return sum(ms) / 1e3
+
+    phases["round_requests"] += wall
+    phases["round_loops"] += seconds(reply.get("loop_ms"))
+    phases["round_device"] += seconds(reply.get("times_ms"))
+    parts = reply.get("parts_ms")
+    for name in TRIAL_PARTS if isinstance(parts, dict) else ():
+        phases[f"round_{name}"] += seconds(parts.get(name))
+    lead = seconds(reply.get("lead_ms")) * 1e3
+    phases["round_lead_ms_max"] = max(phases["round_lead_ms_max"], lead)
 
 
 def _on(device: str) -> Any:

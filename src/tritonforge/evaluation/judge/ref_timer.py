@@ -9,8 +9,10 @@ references are kept least recently used first, bounded in count and bytes; their
 A reference is pinned from `prepare` until `release`: evaluations prepare
 under the device's shared gate and time later under its exclusive one, so another evaluation's
 `prepare` or a `trim` in between must not evict it (pinned entries are never dropped).
-If the process dies or stops answering, `TimerDied` is raised, the process is forgotten and the
-next request starts a fresh one (the caller times the candidate again: nothing is lost).
+If the process dies or stops answering, or answers that its CUDA context broke (`context_lost`:
+an illegal memory access and the like, which every later request would meet again), `TimerDied`
+is raised, the process is forgotten (ended) and the next request starts a fresh one (the caller
+times the candidate again: nothing is lost).
 One request at a time (`lock`); callers hold the device's gate first (device_gate.py).
 Does not cover: when to time (gpu_timing.py), the worker side (sandbox/reference_host.py).
 """
@@ -175,7 +177,7 @@ class RefTimer:
                 if not self._drop_oldest():
                     break  # every loaded reference is in use: admission has counted them
             reply = self._load(ref, case, compile_baseline, budget, phases)
-            _check(reply, "loading the reference in the timing process")
+            self._check(reply, "loading the reference in the timing process")
             if phases is not None:
                 for part, x in (reply.get("seconds") or {}).items():
                     if isinstance(x, (int, float)) and part in ("build", "inputs", "calls"):
@@ -316,9 +318,19 @@ class RefTimer:
                 reply = self._with_inputs(msg, case, budget)
             else:
                 reply = self._request(msg, [], budget)
-            _check(reply, "timing the reference")
+            self._check(reply, "timing the reference")
             self.cases[key] = case.ident
             return reply
+
+    def _check(self, reply: dict[str, Any], what: str) -> None:
+        """`_check`, but a reply telling of a broken CUDA context ends the process first (the
+        caller holds the lock): every later request would fail the same way, so it raises
+        TimerDied (the timing is tried once more, in a new process)."""
+        if not reply.get("ok") and context_lost(reply):
+            why = f"{reply.get('status', 'error')}: {str(reply.get('message', ''))[:300]}"
+            self._forget(f"{what}: {why}")
+            raise TimerDied(f"{what}: its CUDA context broke ({why}); the process was ended")
+        _check(reply, what)
 
     def _drop_oldest(self) -> bool:
         """Drop the least recently used reference not in use; False when there is none."""
@@ -363,6 +375,17 @@ class RefTimer:
 def _shared_inputs(device: str, case: Case) -> Parcel:
     """`case`'s inputs in a new shared device buffer, which the process keeps as its inputs."""
     return shared_parcel(device, export_inputs(device, case), lambda sh: {"shared_inputs": sh})
+
+
+# CUDA errors after which a context is of no further use (the driver reports them on every call)
+STICKY = ("illegal memory access", "unspecified launch failure", "misaligned address",
+          "illegal instruction", "device-side assert", "hardware stack error", "an illegal")  # fmt: skip
+
+
+def context_lost(reply: dict[str, Any]) -> bool:
+    """A failed reply of the timing process telling of a broken CUDA context."""
+    message = str(reply.get("message", "")).lower()
+    return reply.get("status") == "illegal_memory_access" or any(m in message for m in STICKY)
 
 
 def _check(reply: dict[str, Any], what: str) -> None:

@@ -31,7 +31,7 @@ from tritonforge.evaluation.judge.admission import (
 )
 from tritonforge.evaluation.judge.device_gate import DeviceGate, gate
 from tritonforge.evaluation.judge.forkserver import ForkServer
-from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.gpu_lock import judge_device, lock_stats
 from tritonforge.evaluation.judge.ref_timer import RefTimer
 from tritonforge.evaluation.judge.reference import Reference, ReferenceStore, meta_footprint
 from tritonforge.evaluation.judge.workerenv import base_env, private_scratch, worker_spec
@@ -181,6 +181,7 @@ class DeviceResources:
             "timer_starts": self.timer.starts,
             "timer_deaths": self.timer.deaths,
             "timer_weights": dict(self.timer.weights),  # loads given the judge's / built anew
+            "judge_lock": lock_stats(self.device),
         }
 
     def close(self) -> None:

@@ -230,13 +230,17 @@ class _Mapping:
         return t
 
     def close(self) -> None:
-        """Unmap and release (idempotent). Callers synchronise pending work first."""
+        """Unmap and release (idempotent), after the device's pending work: unmapping is not
+        ordered with queued kernels, and a view's last reference can go while a copy from it is
+        queued (an imported buffer released by the garbage collector: a strided input copied out
+        of the timing process's mapping ended its context with an illegal memory access)."""
         if self.closed or self.ctx is None:
             self.closed = True
             return
         self.closed = True
         with self.ctx as lib:
             if self.mapped:
+                lib.cuCtxSynchronize()  # (an error here is the context's, reported elsewhere)
                 lib.cuMemUnmap(self.ptr, ctypes.c_size_t(self.size))
             if self.ptr.value:
                 lib.cuMemAddressFree(self.ptr, ctypes.c_size_t(self.size))

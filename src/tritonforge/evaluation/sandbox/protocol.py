@@ -50,6 +50,10 @@ CLOCKS: dict[str, Clock] = {
     "host": Clock(events=False, lead=False),
 }
 DEVICE_CLOCKS = frozenset(k for k, c in CLOCKS.items() if c.events)
+# parts of a timed trial's host time a `time` reply reports (`parts_ms`, diagnostics only): the
+# L2 flush and its synchronize, the events and lead with the audit's begin, the call's enqueue,
+# the wait for the device, the audit's end
+TRIAL_PARTS = ("flush", "lead", "call", "wait", "after")
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 COPY_WINDOW_BYTES = 256 * 1024 * 1024  # unpack copies a memfd this much at a time

@@ -8,8 +8,9 @@ two CUDA events and host timer reads, device-wide synchronize) under a clock of 
 - `cuda_events` (default): the call is queued behind a *lead*, a device-side sleep on the current
   stream that every pool stream of the process (and the default stream) waits for, so the host's
   launch work (Python, Triton's launcher, our audit) overlaps the lead and the events see device
-  time only. The lead is sized from the warmup calls' host enqueue time and doubled when a trial's
-  enqueue outlasts it (`exposed` trials: the call is host-bound, and its launch gaps count). The
+  time only. The lead is sized from the host's enqueue time (`Lead`: the warmup calls', then the
+  trials' median) and doubled while trials' enqueue outlasts it (`exposed` trials: the call is
+  host-bound, and its launch gaps count), halved back once trials fit again. The
   device time is floored by the host time after the lead ended, less this process's fixed
   latency (`host_overhead_ms`, calibrated once on an empty call), so work left on another stream
   still counts.
@@ -50,7 +51,7 @@ import torch
 
 from tritonforge.evaluation.sandbox import audit, outputs, reference_host, sealed
 from tritonforge.evaluation.sandbox.devshare import DevShareError
-from tritonforge.evaluation.sandbox.protocol import CLOCKS
+from tritonforge.evaluation.sandbox.protocol import CLOCKS, TRIAL_PARTS
 from tritonforge.evaluation.sandbox.timing_inputs import timing_inputs
 from tritonforge.types import Status
 
@@ -58,7 +59,8 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024
 CALIBRATION_TRIALS = 25
 LEAD_MIN_MS = 0.05  # the shortest lead; also the lead of the empty calibration call
 LEAD_MAX_MS = 10.0  # a call whose host work outlasts this is host-bound: its gaps count
-LEAD_FACTOR = 3.0  # lead = factor x the warmup calls' host enqueue time (+ the waits' own)
+LEAD_FACTOR = 2.5  # lead = factor x the host's enqueue time (the waits' own included): Lead
+LEAD_CALM = 4  # trials in a row within their lead before a doubled lead is halved again
 SLEEP_CALIBRATION_CYCLES = 2_000_000
 MAX_POOL = 256  # bound on the streams of one priority's pool (c10 has 32)
 
@@ -178,6 +180,7 @@ class Trial:
     host: float
     dev: float
     exposed: bool = False
+    enqueue: float = 0.0  # host ms from before the lead's events to the call's return
 
 
 Around = tuple[Callable[[], None], Callable[[Any, bool], None]]
@@ -197,10 +200,12 @@ def _one(
     lead too. `around[1]` gets the call's outputs after the timer (the output is released after
     that, outside the timed region, on both sides)."""
     _GC_OFF()  # and again after each call: a candidate may turn it back on (gc reached)
+    p0 = _PERF_NS()
     if flush is not None:
         with sealed.guard():
             _ZERO(flush)
     sync()
+    p1 = _PERF_NS()
     start = end = led = None
     if events:
         start, end = _EVENT(enable_timing=True), _EVENT(enable_timing=True)
@@ -215,6 +220,7 @@ def _one(
         s0 = _PERF_NS()
         if events:
             _RECORD(start)
+    p2 = _PERF_NS()
     out = fn(*inputs)
     t_ret = _PERF_NS()
     _GC_OFF()
@@ -223,11 +229,24 @@ def _one(
     sync()  # device-wide: work left on side streams is waited for
     t1 = _PERF_NS()
     around[1](out, True)
+    _part(p0, p1, p2, t_ret, t1, _PERF_NS())
     if not events:
         return Trial((t1 - s0) / 1e6, 0.0)
     lead_dev = _ELAPSED(led, start) if led is not None else 0.0
     host = (t1 - s0) / 1e6 - lead_dev
-    return Trial(host, _ELAPSED(start, end), led is not None and (t_ret - s0) / 1e6 > lead_dev)
+    enqueue = (t_ret - s0) / 1e6
+    return Trial(host, _ELAPSED(start, end), led is not None and enqueue > lead_dev, enqueue)
+
+
+_PARTS: dict[str, float] = {}  # host ms of the trials since `run_trials` began, by part
+
+
+def _part(*marks: int) -> None:
+    """Add one trial's host time to `_PARTS` (diagnostics): the flush and its synchronize, the
+    events and the lead with our audit's begin, the call's enqueue, the wait for the device,
+    our audit's end."""
+    for name, a, b in zip(TRIAL_PARTS, marks, marks[1:]):
+        _PARTS[name] = _PARTS.get(name, 0.0) + (b - a) / 1e6
 
 
 @dataclass
@@ -265,6 +284,7 @@ def run_trials(
     events = c.events and torch.cuda.is_initialized()
     lead = events and c.lead and _SLEEP is not None and _EVENT_WAIT is not None
     name = clock if events and lead == c.lead else ("cuda_events_idle" if events else "host")
+    _PARTS.clear()
     with _no_gc():
         return _run(fn, inputs, (warmup, trials, budget_ms), name, lead, flush, sync, around)
 
@@ -312,17 +332,48 @@ def _run(
                     break
         sync()
         trials = fitting(trials, budget_ms, call_ms if enqueue else 0.0)
-        if lead:  # the first warmup call compiles; later ones show the steady launch cost
-            steady = max(enqueue[1:] or enqueue or [0.0])
-            out.lead_ms = min(LEAD_MAX_MS, max(LEAD_MIN_MS, LEAD_FACTOR * steady + _waits_ms()))
+        # the first warmup call compiles; later ones show the steady launch cost
+        lead_ms = Lead(max(enqueue[1:] or enqueue or [0.0]) + _waits_ms()) if lead else None
+        out.lead_ms = lead_ms.ms if lead_ms else 0.0
         for _ in range(trials):
             t = _one(fn, inputs, flush, sync, events, out.lead_ms, around)
             out.hosts.append(t.host)
             out.times.append(max(t.dev, t.host - overhead) if events else t.host)
-            if t.exposed:
-                out.exposed += 1
-                out.lead_ms = min(LEAD_MAX_MS, 2 * out.lead_ms)
+            out.exposed += t.exposed
+            if lead_ms:
+                out.lead_ms = lead_ms.after(t)
     return out
+
+
+class Lead:
+    """The lead of the next trial (ms): LEAD_FACTOR x the host's enqueue (its events, the
+    streams' waits, our audit's begin and the call), first as estimated from the warmup calls,
+    then as the (low) median of the trials so far shows it (never below the estimate). A trial whose
+    enqueue outlasted its lead (exposed) doubles the lead; after LEAD_CALM trials in a row that
+    were not, it halves back towards that base: a host hiccup (a busy machine) costs a few long
+    leads, not a long lead on every later trial, which is device time nobody measures."""
+
+    def __init__(self, estimate_ms: float):
+        self.base = self._bounded(LEAD_FACTOR * estimate_ms)
+        self.ms = self.base
+        self.seen: list[float] = []
+        self.calm = 0
+
+    @staticmethod
+    def _bounded(ms: float) -> float:
+        return min(LEAD_MAX_MS, max(LEAD_MIN_MS, ms))
+
+    def after(self, trial: Trial) -> float:
+        self.seen.append(trial.enqueue)
+        self.base = max(self.base, self._bounded(LEAD_FACTOR * statistics.median_low(self.seen)))
+        if trial.exposed:
+            self.ms, self.calm = min(LEAD_MAX_MS, 2 * self.ms), 0
+        else:
+            self.calm += 1
+            if self.calm >= LEAD_CALM:
+                self.ms, self.calm = max(self.base, self.ms / 2), 0
+        self.ms = max(self.ms, self.base)
+        return self.ms
 
 
 def _prepare_lead(sync: Callable[[], None]) -> None:
@@ -397,6 +448,7 @@ def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None
         if timed:
             launches.append(audit.STATE.launch_count)
 
+    t_loop = _PERF_NS()
     try:
         timed = run_trials(
             fn, inputs, int(msg.get("warmup", 3)), int(msg.get("trials", 10)),
@@ -412,4 +464,5 @@ def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None
     return {"ok": True, "times_ms": timed.times, "host_ms": timed.hosts, "clock": timed.clock,
             "lead_ms": timed.lead_ms, "exposed": timed.exposed,
             "launches": launches, "signatures": signatures,
+            "loop_ms": (_PERF_NS() - t_loop) / 1e6, "parts_ms": dict(_PARTS),
             "audit": w._audit_extra()}  # fmt: skip
