@@ -46,6 +46,7 @@ def test_round_phases_ignore_what_is_not_a_number() -> None:
 def test_trial_parts_cover_a_host_timed_trial() -> None:
     """On the CPU (host clock, no lead) the parts of each trial are recorded and add up to about
     the trials' host time."""
+
     def call(x):
         time.sleep(0.002)
         return x

@@ -29,7 +29,11 @@ ILLEGAL = {
     [
         ILLEGAL,
         {"ok": False, "status": "illegal_memory_access", "message": "fault"},
-        {"ok": False, "status": "runtime_error", "message": "CUDA error: unspecified launch failure"},
+        {
+            "ok": False,
+            "status": "runtime_error",
+            "message": "CUDA error: unspecified launch failure",
+        },
         {"ok": False, "status": "runtime_error", "message": "device-side assert triggered"},
     ],
 )
