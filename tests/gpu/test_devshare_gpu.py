@@ -194,7 +194,7 @@ import torch.nn as nn
 class Model(nn.Module):
     def __init__(self, scale):
         super().__init__()
-        self.w = nn.Parameter(torch.randn(48, 40).t())  # a transposed parameter: strided
+        self.w = nn.Parameter(torch.randn(40, 48).t())  # (48, 40), transposed: strided
         self.scale = scale
 
     def forward(self, x):

@@ -22,6 +22,8 @@ def test_round_phases_sum_an_honest_reply() -> None:
         "times_ms": [1.0, 2.0],
         "loop_ms": 10.0,
         "lead_ms": 0.5,
+        "first_lead_ms": 0.2,
+        "exposed": 3,
         "parts_ms": {name: 1.0 for name in TRIAL_PARTS},
     }
     _round_phases(phases, 0.02, reply)
@@ -30,13 +32,15 @@ def test_round_phases_sum_an_honest_reply() -> None:
     assert phases["round_loops"] == 0.02
     assert abs(phases["round_device"] - 0.006) < 1e-12
     assert all(phases[f"round_{name}"] == 0.002 for name in TRIAL_PARTS)
-    assert phases["round_lead_ms_max"] == 0.5
+    assert phases["round_lead_ms_max"] == 0.5 and phases["round_first_lead_ms_max"] == 0.2
+    assert phases["round_exposed"] == 6
 
 
 def test_round_phases_ignore_what_is_not_a_number() -> None:
     phases: defaultdict[str, float] = defaultdict(float)
     for junk in (None, "x", [1], {"a": 1}, True, float("nan")):
-        reply = {"times_ms": junk, "loop_ms": junk, "lead_ms": junk, "parts_ms": junk}
+        reply = {"times_ms": junk, "loop_ms": junk, "lead_ms": junk, "parts_ms": junk,
+                 "exposed": junk}  # fmt: skip
         _round_phases(phases, 0.01, reply)
     _round_phases(phases, 0.01, {"parts_ms": {"flush": "1", "lead": None, "call": [2]}})
     assert abs(phases["round_requests"] - 0.07) < 1e-12

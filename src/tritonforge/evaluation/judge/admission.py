@@ -158,8 +158,11 @@ class DeviceBudget:
         trim: Callable[[int], None] = lambda target: None,
         poll_s: float = 0.25,
         backfill: bool = True,
+        stuck_s: float = 20.0,
     ):
         self.device, self.capacity, self.backfill = device, capacity, backfill
+        self.stuck_s = stuck_s  # how long caches may stay over a lone head before DoesNotFit
+        self._stuck: dict[int, float] = {}  # head ticket -> when trimming first fell short alone
         self._resident, self._pinned, self._trim = resident, pinned, trim
         self._cond = threading.Condition()
         self._queue: deque[int] = deque()
@@ -201,6 +204,7 @@ class DeviceBudget:
                 was_head = self._queue[0] == ticket
                 self._queue.remove(ticket)
                 del self._want[ticket]
+                self._stuck.pop(ticket, None)
                 if was_head:
                     self._new_head()
                 self._cond.notify_all()
@@ -231,6 +235,7 @@ class DeviceBudget:
         """Hold `want` bytes for `ticket`, taken out of the queue (call with the lock held)."""
         self._held[ticket] = want
         del self._want[ticket]
+        self._stuck.pop(ticket, None)
         was_head = self._queue[0] == ticket
         self._queue.remove(ticket)
         if was_head:
@@ -268,8 +273,14 @@ class DeviceBudget:
             if resident + others + want <= self.capacity or (alone and not others):
                 self._grant(ticket, want)
                 return True
-        if not others:  # nothing to wait for: caches that cannot shrink further
-            raise DoesNotFit(want, self.capacity - resident, self.capacity, self.device)
+        if not others:  # no reservation to wait for, but caches over what this head needs
+            # they may be held for a moment (a trim skipped while the timing process answers
+            # another thread, a model still referenced by an evaluation that just ended): try
+            # again for `stuck_s` before saying it does not fit
+            first = self._stuck.setdefault(ticket, time.monotonic())
+            if time.monotonic() - first >= self.stuck_s:
+                self._stuck.pop(ticket, None)
+                raise DoesNotFit(want, self.capacity - resident, self.capacity, self.device)
         return False
 
     def _backfillable(self, ticket: int, floor: int) -> bool:

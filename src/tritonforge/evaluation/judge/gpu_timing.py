@@ -156,7 +156,8 @@ def _round_phases(phases: Any, wall: float, reply: dict[str, Any]) -> None:
     """Where a timed round's time goes (diagnostics only, never a decision: the candidate's
     figures are its own word): `round_requests` the requests' walls seen here, `round_loops`
     the worker's own wall of its warmup and trials, `round_device` the timed calls' times, and
-    the trials' host time by part (`round_flush`, ... : protocol.TRIAL_PARTS)."""
+    the trials' host time by part (`round_flush`, ... : protocol.TRIAL_PARTS), the largest
+    lead a request began and ended with, and the trials that outlasted their lead."""
 
     def seconds(x: Any) -> float:
         ms = [v for v in _floats(x if isinstance(x, list) else [x]) if math.isfinite(v)]
@@ -168,8 +169,10 @@ def _round_phases(phases: Any, wall: float, reply: dict[str, Any]) -> None:
     parts = reply.get("parts_ms")
     for name in TRIAL_PARTS if isinstance(parts, dict) else ():
         phases[f"round_{name}"] += seconds(parts.get(name))
-    lead = seconds(reply.get("lead_ms")) * 1e3
-    phases["round_lead_ms_max"] = max(phases["round_lead_ms_max"], lead)
+    for name in ("lead_ms", "first_lead_ms"):  # the largest lead, first and last of a request
+        ms = seconds(reply.get(name)) * 1e3
+        phases[f"round_{name}_max"] = max(phases[f"round_{name}_max"], ms)
+    phases["round_exposed"] += seconds(reply.get("exposed")) * 1e3  # trials over their lead
 
 
 def _on(device: str) -> Any:

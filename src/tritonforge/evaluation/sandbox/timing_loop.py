@@ -8,9 +8,8 @@ two CUDA events and host timer reads, device-wide synchronize) under a clock of 
 - `cuda_events` (default): the call is queued behind a *lead*, a device-side sleep on the current
   stream that every pool stream of the process (and the default stream) waits for, so the host's
   launch work (Python, Triton's launcher, our audit) overlaps the lead and the events see device
-  time only. The lead is sized from the host's enqueue time (`Lead`: the warmup calls', then the
-  trials' median) and doubled while trials' enqueue outlasts it (`exposed` trials: the call is
-  host-bound, and its launch gaps count), halved back once trials fit again. The
+  time only. The lead is sized from the warmup calls' host enqueue time and doubled when a trial's
+  enqueue outlasts it (`exposed` trials: the call is host-bound, and its launch gaps count). The
   device time is floored by the host time after the lead ended, less this process's fixed
   latency (`host_overhead_ms`, calibrated once on an empty call), so work left on another stream
   still counts.
@@ -59,8 +58,7 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024
 CALIBRATION_TRIALS = 25
 LEAD_MIN_MS = 0.05  # the shortest lead; also the lead of the empty calibration call
 LEAD_MAX_MS = 10.0  # a call whose host work outlasts this is host-bound: its gaps count
-LEAD_FACTOR = 2.5  # lead = factor x the host's enqueue time (the waits' own included): Lead
-LEAD_CALM = 4  # trials in a row within their lead before a doubled lead is halved again
+LEAD_FACTOR = 3.0  # lead = factor x the warmup calls' host enqueue time (+ the waits' own)
 SLEEP_CALIBRATION_CYCLES = 2_000_000
 MAX_POOL = 256  # bound on the streams of one priority's pool (c10 has 32)
 
@@ -180,7 +178,6 @@ class Trial:
     host: float
     dev: float
     exposed: bool = False
-    enqueue: float = 0.0  # host ms from before the lead's events to the call's return
 
 
 Around = tuple[Callable[[], None], Callable[[Any, bool], None]]
@@ -234,8 +231,7 @@ def _one(
         return Trial((t1 - s0) / 1e6, 0.0)
     lead_dev = _ELAPSED(led, start) if led is not None else 0.0
     host = (t1 - s0) / 1e6 - lead_dev
-    enqueue = (t_ret - s0) / 1e6
-    return Trial(host, _ELAPSED(start, end), led is not None and enqueue > lead_dev, enqueue)
+    return Trial(host, _ELAPSED(start, end), led is not None and (t_ret - s0) / 1e6 > lead_dev)
 
 
 _PARTS: dict[str, float] = {}  # host ms of the trials since `run_trials` began, by part
@@ -251,14 +247,16 @@ def _part(*marks: int) -> None:
 
 @dataclass
 class Timed:
-    """Trial times (ms) under the clock actually used, host ms, the clock's name, the final lead
-    (ms, 0 without one) and how many trials were host-bound (enqueue outlasted the lead)."""
+    """Trial times (ms) under the clock actually used, host ms, the clock's name, the final and
+    the first trial's lead (ms, 0 without one) and how many trials were host-bound (enqueue
+    outlasted the lead)."""
 
     times: list[float]
     hosts: list[float]
     clock: str
     lead_ms: float = 0.0
     exposed: int = 0
+    first_lead_ms: float = 0.0
 
 
 MIN_TRIALS = 2  # timed calls per request, however long the call (the first of a timing is dropped)
@@ -332,48 +330,18 @@ def _run(
                     break
         sync()
         trials = fitting(trials, budget_ms, call_ms if enqueue else 0.0)
-        # the first warmup call compiles; later ones show the steady launch cost
-        lead_ms = Lead(max(enqueue[1:] or enqueue or [0.0]) + _waits_ms()) if lead else None
-        out.lead_ms = lead_ms.ms if lead_ms else 0.0
+        if lead:  # the first warmup call compiles; later ones show the steady launch cost
+            steady = max(enqueue[1:] or enqueue or [0.0])
+            out.lead_ms = min(LEAD_MAX_MS, max(LEAD_MIN_MS, LEAD_FACTOR * steady + _waits_ms()))
+        out.first_lead_ms = out.lead_ms
         for _ in range(trials):
             t = _one(fn, inputs, flush, sync, events, out.lead_ms, around)
             out.hosts.append(t.host)
             out.times.append(max(t.dev, t.host - overhead) if events else t.host)
-            out.exposed += t.exposed
-            if lead_ms:
-                out.lead_ms = lead_ms.after(t)
+            if t.exposed:
+                out.exposed += 1
+                out.lead_ms = min(LEAD_MAX_MS, 2 * out.lead_ms)
     return out
-
-
-class Lead:
-    """The lead of the next trial (ms): LEAD_FACTOR x the host's enqueue (its events, the
-    streams' waits, our audit's begin and the call), first as estimated from the warmup calls,
-    then as the (low) median of the trials so far shows it (never below the estimate). A trial whose
-    enqueue outlasted its lead (exposed) doubles the lead; after LEAD_CALM trials in a row that
-    were not, it halves back towards that base: a host hiccup (a busy machine) costs a few long
-    leads, not a long lead on every later trial, which is device time nobody measures."""
-
-    def __init__(self, estimate_ms: float):
-        self.base = self._bounded(LEAD_FACTOR * estimate_ms)
-        self.ms = self.base
-        self.seen: list[float] = []
-        self.calm = 0
-
-    @staticmethod
-    def _bounded(ms: float) -> float:
-        return min(LEAD_MAX_MS, max(LEAD_MIN_MS, ms))
-
-    def after(self, trial: Trial) -> float:
-        self.seen.append(trial.enqueue)
-        self.base = max(self.base, self._bounded(LEAD_FACTOR * statistics.median_low(self.seen)))
-        if trial.exposed:
-            self.ms, self.calm = min(LEAD_MAX_MS, 2 * self.ms), 0
-        else:
-            self.calm += 1
-            if self.calm >= LEAD_CALM:
-                self.ms, self.calm = max(self.base, self.ms / 2), 0
-        self.ms = max(self.ms, self.base)
-        return self.ms
 
 
 def _prepare_lead(sync: Callable[[], None]) -> None:
@@ -462,7 +430,8 @@ def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None
         w.fail(exc, "timing")
         return None
     return {"ok": True, "times_ms": timed.times, "host_ms": timed.hosts, "clock": timed.clock,
-            "lead_ms": timed.lead_ms, "exposed": timed.exposed,
+            "lead_ms": timed.lead_ms, "first_lead_ms": timed.first_lead_ms,
+            "exposed": timed.exposed,
             "launches": launches, "signatures": signatures,
             "loop_ms": (_PERF_NS() - t_loop) / 1e6, "parts_ms": dict(_PARTS),
             "audit": w._audit_extra()}  # fmt: skip
