@@ -43,7 +43,10 @@ def test_round_phases_ignore_what_is_not_a_number() -> None:
                  "exposed": junk}  # fmt: skip
         _round_phases(phases, 0.01, reply)
     _round_phases(phases, 0.01, {"parts_ms": {"flush": "1", "lead": None, "call": [2]}})
-    assert abs(phases["round_requests"] - 0.07) < 1e-12
+    huge = 10**400  # beyond any float: skipped, never raised on
+    _round_phases(phases, 0.01, {"exposed": huge, "loop_ms": [huge, 1e308, 1e308],
+                                 "times_ms": [huge], "lead_ms": -1e308})  # fmt: skip
+    assert abs(phases["round_requests"] - 0.08) < 1e-12
     assert all(isinstance(v, float) and math.isfinite(v) for v in phases.values())
 
 

@@ -46,6 +46,17 @@ def test_sticky_errors_are_context_losses(reply) -> None:
     [
         {"ok": False, "status": "runtime_error", "message": "shape mismatch"},
         {"ok": False, "status": "out_of_resources", "message": "CUDA out of memory."},
+        {  # torch's hint on every CUDA error, sticky or not
+            "ok": False,
+            "status": "runtime_error",
+            "message": "CUDA error: invalid configuration argument\nCompile with "
+            "`TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+        },
+        {  # out of memory with the figures: the judge's to retry alone, never a restart
+            "ok": False,
+            "message": "CUDA error: out of memory ... device-side assertions.",
+            "memory": {"free": 0},
+        },
     ],
 )
 def test_other_failures_are_not(reply) -> None:
@@ -83,3 +94,12 @@ def test_other_failures_keep_the_process() -> None:
     with timer.lock, pytest.raises(JudgeOutOfMemory):
         timer._check({"ok": False, "message": "oom", "memory": {"free": 0}}, "loading")
     assert timer.session is session and not session.closed and timer.deaths == 0
+
+
+def test_timing_a_reference_the_process_no_longer_holds_is_timer_died() -> None:
+    """Another evaluation ended the process between this one's `prepare` and `time`: the
+    timing is retried (TimerDied), not reported as an unusable reference."""
+    timer = _timer()
+    timer.session = _Session()
+    with pytest.raises(TimerDied, match="restarted"):
+        timer.time("k", False, None, (1, 2, 0.0), "cuda_events", 1.0)

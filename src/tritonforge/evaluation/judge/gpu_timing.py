@@ -160,8 +160,8 @@ def _round_phases(phases: Any, wall: float, reply: dict[str, Any]) -> None:
     lead a request began and ended with, and the trials that outlasted their lead."""
 
     def seconds(x: Any) -> float:
-        ms = [v for v in _floats(x if isinstance(x, list) else [x]) if math.isfinite(v)]
-        return sum(ms) / 1e3
+        ms = [min(max(v, 0.0), 1e7) for v in _floats(x if isinstance(x, list) else [x])]
+        return sum(v for v in ms if math.isfinite(v)) / 1e3
 
     phases["round_requests"] += wall
     phases["round_loops"] += seconds(reply.get("loop_ms"))
@@ -211,7 +211,14 @@ def _floats(xs: Any) -> list[float]:
     """Trial times from a reply (the candidate's is untrusted JSON): numbers only."""
     if not isinstance(xs, list):
         return []
-    return [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
+    out = []
+    for x in xs:
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            try:
+                out.append(float(x))
+            except OverflowError:  # an int beyond any float: not a time
+                continue
+    return out
 
 
 _SIDES = {"cand": "candidate", "base": "reference", "comp": "compiled reference"}

@@ -309,6 +309,8 @@ class RefTimer:
         reference with another case (a rebuilt one: the case cache had evicted it): then this
         case's inputs go with the request, in place of the other's."""
         with self.lock:
+            if key not in self.entries:  # the process was ended (and forgotten) since `prepare`
+                raise TimerDied(f"the timing process was restarted after {key} was loaded")
             msg = {"op": "time", "key": key, "compiled": compiled, "inputs": case.desc,
                    "case": case.ident, "warmup": counts[0], "trials": counts[1],
                    "budget_ms": counts[2], "clock": clock}  # fmt: skip
@@ -378,12 +380,17 @@ def _shared_inputs(device: str, case: Case) -> Parcel:
 
 
 # CUDA errors after which a context is of no further use (the driver reports them on every call)
+# (not "device-side assert" alone: torch appends "... to enable device-side assertions" to
+# every CUDA error it raises)
 STICKY = ("illegal memory access", "unspecified launch failure", "misaligned address",
-          "illegal instruction", "device-side assert", "hardware stack error", "an illegal")  # fmt: skip
+          "illegal instruction", "device-side assert triggered", "hardware stack error")  # fmt: skip
 
 
 def context_lost(reply: dict[str, Any]) -> bool:
-    """A failed reply of the timing process telling of a broken CUDA context."""
+    """A failed reply of the timing process telling of a broken CUDA context (out of memory,
+    which the process reports with its figures, never is)."""
+    if isinstance(reply.get("memory"), dict):
+        return False
     message = str(reply.get("message", "")).lower()
     return reply.get("status") == "illegal_memory_access" or any(m in message for m in STICKY)
 

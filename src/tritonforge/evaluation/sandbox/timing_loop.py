@@ -212,12 +212,12 @@ def _one(
         _RECORD(led)
         _queue_behind_lead(lead_ms, start)
         around[0]()
+        p2 = _PERF_NS()
     else:
         around[0]()
-        s0 = _PERF_NS()
+        s0 = p2 = _PERF_NS()  # (no stamp inside the timed region)
         if events:
             _RECORD(start)
-    p2 = _PERF_NS()
     out = fn(*inputs)
     t_ret = _PERF_NS()
     _GC_OFF()
@@ -282,7 +282,6 @@ def run_trials(
     events = c.events and torch.cuda.is_initialized()
     lead = events and c.lead and _SLEEP is not None and _EVENT_WAIT is not None
     name = clock if events and lead == c.lead else ("cuda_events_idle" if events else "host")
-    _PARTS.clear()
     with _no_gc():
         return _run(fn, inputs, (warmup, trials, budget_ms), name, lead, flush, sync, around)
 
@@ -311,6 +310,7 @@ def _run(
     if lead:
         _prepare_lead(sync)
     overhead = host_overhead_ms(sync, lead) if events else 0.0
+    _PARTS.clear()  # (after the calibration's own trials)
     out = Timed([], [], name)
     with _NO_GRAD():
         enqueue: list[float] = []
