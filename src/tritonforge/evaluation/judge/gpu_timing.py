@@ -159,20 +159,20 @@ def _round_phases(phases: Any, wall: float, reply: dict[str, Any]) -> None:
     the trials' host time by part (`round_flush`, ... : protocol.TRIAL_PARTS), the largest
     lead a request began and ended with, and the trials that outlasted their lead."""
 
-    def seconds(x: Any) -> float:
-        ms = [min(max(v, 0.0), 1e7) for v in _floats(x if isinstance(x, list) else [x])]
-        return sum(v for v in ms if math.isfinite(v)) / 1e3
+    def total(x: Any) -> float:
+        """The number(s) `x`, each clamped to [0, 1e7], summed (0.0 for anything else)."""
+        xs = [min(max(v, 0.0), 1e7) for v in _floats(x if isinstance(x, list) else [x])]
+        return sum(v for v in xs if math.isfinite(v))
 
     phases["round_requests"] += wall
-    phases["round_loops"] += seconds(reply.get("loop_ms"))
-    phases["round_device"] += seconds(reply.get("times_ms"))
+    phases["round_loops"] += total(reply.get("loop_ms")) / 1e3
+    phases["round_device"] += total(reply.get("times_ms")) / 1e3
     parts = reply.get("parts_ms")
     for name in TRIAL_PARTS if isinstance(parts, dict) else ():
-        phases[f"round_{name}"] += seconds(parts.get(name))
+        phases[f"round_{name}"] += total(parts.get(name)) / 1e3
     for name in ("lead_ms", "first_lead_ms"):  # the largest lead, first and last of a request
-        ms = seconds(reply.get(name)) * 1e3
-        phases[f"round_{name}_max"] = max(phases[f"round_{name}_max"], ms)
-    phases["round_exposed"] += seconds(reply.get("exposed")) * 1e3  # trials over their lead
+        phases[f"round_{name}_max"] = max(phases[f"round_{name}_max"], total(reply.get(name)))
+    phases["round_exposed"] += total(reply.get("exposed"))  # trials over their lead
 
 
 def _on(device: str) -> Any:
