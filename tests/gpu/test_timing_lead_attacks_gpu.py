@@ -261,6 +261,6 @@ def test_a_lead_stretched_in_warmup_hides_no_work(x: torch.Tensor, cycles: int) 
         return torch.relu(a)
 
     t = run_trials(call, [x], 3, 20, "cuda_events", None, SYNC)
-    assert t.lead_ms == timing_loop.LEAD_MAX_MS
+    assert t.first_lead_ms == timing_loop.LEAD_MAX_MS  # (later leads follow the fast trials)
     measured = statistics.median(t.times[1:])
     assert measured >= 0.9 * WORK_MS, measured

@@ -5,7 +5,8 @@ CPU) is timed like the same kernel launched at once under `cuda_events`, while
 `cuda_events_idle` counts the host time (the per-process, load-dependent error the lead
 removes); work a call puts on a side stream waits for the lead and is counted, even when the
 call stretches its own lead with host work; a call whose host work outlasts the lead is
-reported as exposed. Does not cover: the evaluator around the loop (test_fair_timing_gpu.py).
+reported as exposed; the lead follows the trials' enqueue, the device sleeps about what was
+asked, and a call that waits for the device inside its enqueue gets the shortest lead. Does not cover: the evaluator around the loop (test_fair_timing_gpu.py).
 """
 
 from __future__ import annotations
@@ -82,3 +83,23 @@ def test_host_work_beyond_the_lead_is_exposed(x) -> None:
     t = run_trials(host_bound, [x], 2, 4, "cuda_events", None, SYNC)
     assert t.exposed >= 3 and t.lead_ms == LEAD_MAX_MS
     assert statistics.median(t.times) >= 0.1 * LEAD_MAX_MS  # its launch gap is counted
+
+
+def test_the_lead_follows_the_enqueue_and_sleeps_what_was_asked(x) -> None:
+    run_trials(torch.relu, [x], 3, 10, "cuda_events", None, SYNC)  # the clock up, the rate seen
+    t = run_trials(torch.relu, [x], 3, 40, "cuda_events", None, SYNC)
+    assert not t.synced and t.exposed <= 4
+    per_trial = t.leads["enqueue"] / 40
+    assert t.lead_ms <= 3 * timing_loop.LEAD_FIT * per_trial + 0.2, (t.lead_ms, per_trial)
+    assert 0.8 <= t.leads["device"] / t.leads["asked"] <= 1.5, t.leads
+
+
+def test_a_call_that_waits_for_the_device_gets_the_shortest_lead(x) -> None:
+    def reads_back(a: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(a)
+        _ = float(y[0])  # a synchronize inside the call
+        return y
+
+    t = run_trials(reads_back, [x], 3, 12, "cuda_events", None, SYNC)
+    assert t.synced and t.lead_ms == timing_loop.LEAD_MIN_MS, (t.lead_ms, t.leads)
+    assert t.leads["asked"] < 12 * LEAD_MAX_MS / 4  # found before the lead ran to its maximum

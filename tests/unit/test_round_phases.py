@@ -25,6 +25,8 @@ def test_round_phases_sum_an_honest_reply() -> None:
         "first_lead_ms": 0.2,
         "exposed": 3,
         "parts_ms": {name: 1.0 for name in TRIAL_PARTS},
+        "leads_ms": {"asked": 4.0, "device": 3.0, "enqueue": 2.0},
+        "synced": True,
     }
     _round_phases(phases, 0.02, reply)
     _round_phases(phases, 0.02, {**reply, "lead_ms": 0.25})
@@ -34,13 +36,15 @@ def test_round_phases_sum_an_honest_reply() -> None:
     assert all(phases[f"round_{name}"] == 0.002 for name in TRIAL_PARTS)
     assert phases["round_lead_ms_max"] == 0.5 and phases["round_first_lead_ms_max"] == 0.2
     assert phases["round_exposed"] == 6
+    assert phases["round_lead_asked"] == 0.008 and phases["round_lead_device"] == 0.006
+    assert phases["round_lead_enqueue"] == 0.004 and phases["round_synced"] == 2
 
 
 def test_round_phases_ignore_what_is_not_a_number() -> None:
     phases: defaultdict[str, float] = defaultdict(float)
     for junk in (None, "x", [1], {"a": 1}, True, float("nan")):
         reply = {"times_ms": junk, "loop_ms": junk, "lead_ms": junk, "parts_ms": junk,
-                 "exposed": junk}  # fmt: skip
+                 "exposed": junk, "leads_ms": junk, "synced": junk}  # fmt: skip
         _round_phases(phases, 0.01, reply)
     _round_phases(phases, 0.01, {"parts_ms": {"flush": "1", "lead": None, "call": [2]}})
     huge = 10**400  # beyond any float: skipped, never raised on

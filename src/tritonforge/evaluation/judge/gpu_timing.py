@@ -157,7 +157,9 @@ def _round_phases(phases: Any, wall: float, reply: dict[str, Any]) -> None:
     figures are its own word): `round_requests` the requests' walls seen here, `round_loops`
     the worker's own wall of its warmup and trials, `round_device` the timed calls' times, and
     the trials' host time by part (`round_flush`, ... : protocol.TRIAL_PARTS), the largest
-    lead a request began and ended with, and the trials that outlasted their lead."""
+    lead a request began and ended with, the trials that outlasted their lead, the leads'
+    sums (asked, slept, the host's enqueue under them) and the requests whose call waited for
+    the device (timing_loop.Lead)."""
 
     def total(x: Any) -> float:
         """The number(s) `x`, each clamped to [0, 1e7], summed (0.0 for anything else)."""
@@ -173,6 +175,12 @@ def _round_phases(phases: Any, wall: float, reply: dict[str, Any]) -> None:
     for name in ("lead_ms", "first_lead_ms"):  # the largest lead, first and last of a request
         phases[f"round_{name}_max"] = max(phases[f"round_{name}_max"], total(reply.get(name)))
     phases["round_exposed"] += total(reply.get("exposed"))  # trials over their lead
+    leads = reply.get("leads_ms")  # the leads asked for, as the device slept them, the enqueue
+    for name in ("asked", "device", "enqueue") if isinstance(leads, dict) else ():
+        phases[f"round_lead_{name}"] += total(leads.get(name)) / 1e3
+    phases["round_synced"] += (
+        reply.get("synced") is True
+    )  # requests whose call waits for the device
 
 
 def _on(device: str) -> Any:

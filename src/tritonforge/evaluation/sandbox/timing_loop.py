@@ -8,8 +8,14 @@ two CUDA events and host timer reads, device-wide synchronize) under a clock of 
 - `cuda_events` (default): the call is queued behind a *lead*, a device-side sleep on the current
   stream that every pool stream of the process (and the default stream) waits for, so the host's
   launch work (Python, Triton's launcher, our audit) overlaps the lead and the events see device
-  time only. The lead is sized from the warmup calls' host enqueue time and doubled when a trial's
-  enqueue outlasts it (`exposed` trials: the call is host-bound, and its launch gaps count). The
+  time only. The lead (`Lead`) starts from the warmup calls' host enqueue time, then follows the
+  trials' own (LEAD_FIT x their recent median: the device sits idle for whatever of the lead the
+  host did not need, in every trial), and is doubled after a trial whose enqueue outlasted it
+  (`exposed` trials: the call is host-bound, and its launch gaps count). A call whose enqueue
+  grows with its lead waits for the device (a synchronize, a read of a device value): a lead
+  cannot hide its gaps, so it gets the shortest. The sleep is in device clock cycles: the cycles
+  per millisecond follow the highest rate the recent leads showed (the clock rises under load
+  after the first calibration). The
   device time is floored by the host time after the lead ended, less this process's fixed
   latency (`host_overhead_ms`, calibrated once on an empty call), so work left on another stream
   still counts.
@@ -43,7 +49,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -58,7 +64,12 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024
 CALIBRATION_TRIALS = 25
 LEAD_MIN_MS = 0.05  # the shortest lead; also the lead of the empty calibration call
 LEAD_MAX_MS = 10.0  # a call whose host work outlasts this is host-bound: its gaps count
-LEAD_FACTOR = 3.0  # lead = factor x the warmup calls' host enqueue time (+ the waits' own)
+LEAD_FACTOR = 3.0  # first lead = factor x the warmup calls' host enqueue time (+ the waits' own)
+LEAD_FIT = (
+    2.0  # later leads = factor x the recent median of the trials' enqueue (which has the waits)
+)
+LEAD_PAD_MS = 0.05  # ... plus this
+LEAD_RECENT = 8  # trials (and lead rates) that the next lead is sized from
 SLEEP_CALIBRATION_CYCLES = 2_000_000
 MAX_POOL = 256  # bound on the streams of one priority's pool (c10 has 32)
 
@@ -161,13 +172,27 @@ def _streams() -> list[Any]:
     return list(_CAL["streams"])
 
 
-def _queue_behind_lead(lead_ms: float, start: Any) -> None:
+def _queue_behind_lead(lead_ms: float, start: Any) -> int:
     """The device sleeps `lead_ms`, then `start` is recorded; every stream waits for it
-    (calibrated beforehand: `_prepare_lead`)."""
-    _SLEEP(max(1, int(lead_ms * _CAL["cycles"])))
+    (calibrated beforehand: `_prepare_lead`). Returns the cycles slept."""
+    cycles = max(1, int(lead_ms * _CAL["cycles"]))
+    _SLEEP(cycles)
     _RECORD(start)
     for s in _streams():
         _EVENT_WAIT(start, s)
+    return cycles
+
+
+def _observed_rate(cycles: int, lead_dev: float) -> None:
+    """A lead of `cycles` took `lead_dev` device ms: the sleep's rate follows the highest of
+    the recent leads' rates (a slower clock then makes a lead longer than asked, never
+    shorter)."""
+    if lead_dev < 0.05:  # too short to tell a rate from the events' own resolution
+        return
+    rates = _CAL.setdefault("rates", [])
+    rates.append(cycles / lead_dev)
+    del rates[:-LEAD_RECENT]
+    _CAL["cycles"] = max(rates)
 
 
 @dataclass(frozen=True)
@@ -178,6 +203,8 @@ class Trial:
     host: float
     dev: float
     exposed: bool = False
+    enqueue: float = 0.0  # host ms from before the lead's events to the call's return
+    lead_dev: float = 0.0  # device ms the lead lasted
 
 
 Around = tuple[Callable[[], None], Callable[[Any, bool], None]]
@@ -207,10 +234,11 @@ def _one(
     if events:
         start, end = _EVENT(enable_timing=True), _EVENT(enable_timing=True)
     s0 = _PERF_NS()
+    cycles = 0
     if events and lead_ms:
         led = _EVENT(enable_timing=True)
         _RECORD(led)
-        _queue_behind_lead(lead_ms, start)
+        cycles = _queue_behind_lead(lead_ms, start)
         around[0]()
         p2 = _PERF_NS()
     else:
@@ -229,9 +257,13 @@ def _one(
     _part(p0, p1, p2, t_ret, t1, _PERF_NS())
     if not events:
         return Trial((t1 - s0) / 1e6, 0.0)
-    lead_dev = _ELAPSED(led, start) if led is not None else 0.0
+    if led is None:
+        return Trial((t1 - s0) / 1e6, _ELAPSED(start, end))
+    lead_dev = _ELAPSED(led, start)
+    _observed_rate(cycles, lead_dev)
+    enqueue = (t_ret - s0) / 1e6
     host = (t1 - s0) / 1e6 - lead_dev
-    return Trial(host, _ELAPSED(start, end), led is not None and (t_ret - s0) / 1e6 > lead_dev)
+    return Trial(host, _ELAPSED(start, end), enqueue > lead_dev, enqueue, lead_dev)
 
 
 _PARTS: dict[str, float] = {}  # host ms of the trials since `run_trials` began, by part
@@ -257,6 +289,8 @@ class Timed:
     lead_ms: float = 0.0
     exposed: int = 0
     first_lead_ms: float = 0.0
+    leads: dict[str, float] = field(default_factory=dict)  # sums (ms): asked, device, enqueue
+    synced: bool = False  # the call's enqueue waited for the device (`Lead`)
 
 
 MIN_TRIALS = 2  # timed calls per request, however long the call (the first of a timing is dropped)
@@ -330,18 +364,63 @@ def _run(
                     break
         sync()
         trials = fitting(trials, budget_ms, call_ms if enqueue else 0.0)
-        if lead:  # the first warmup call compiles; later ones show the steady launch cost
-            steady = max(enqueue[1:] or enqueue or [0.0])
-            out.lead_ms = min(LEAD_MAX_MS, max(LEAD_MIN_MS, LEAD_FACTOR * steady + _waits_ms()))
-        out.first_lead_ms = out.lead_ms
+        # the first warmup call compiles; later ones show the steady launch cost
+        sizing = Lead(max(enqueue[1:] or enqueue or [0.0]) + _waits_ms()) if lead else None
+        out.lead_ms = out.first_lead_ms = sizing.ms if sizing else 0.0
         for _ in range(trials):
             t = _one(fn, inputs, flush, sync, events, out.lead_ms, around)
             out.hosts.append(t.host)
             out.times.append(max(t.dev, t.host - overhead) if events else t.host)
-            if t.exposed:
-                out.exposed += 1
-                out.lead_ms = min(LEAD_MAX_MS, 2 * out.lead_ms)
+            out.exposed += t.exposed
+            if sizing:
+                for k, v in (
+                    ("asked", out.lead_ms),
+                    ("device", t.lead_dev),
+                    ("enqueue", t.enqueue),
+                ):
+                    out.leads[k] = out.leads.get(k, 0.0) + v
+                out.lead_ms = sizing.after(t)
+                out.synced = sizing.synced
     return out
+
+
+def _bounded(ms: float) -> float:
+    return min(LEAD_MAX_MS, max(LEAD_MIN_MS, ms))
+
+
+class Lead:
+    """The lead of the next trial (ms). First LEAD_FACTOR x the warmup's steady enqueue (with
+    the streams' waits); then LEAD_FIT x the recent median of the enqueue (events, waits, our
+    audit's begin and the call: `Trial.enqueue`) of the trials that fitted in their lead, plus
+    LEAD_PAD_MS. An exposed trial doubles the lead (at least LEAD_FIT x its own enqueue), up to
+    LEAD_MAX_MS: the call is host-bound, or the host hiccuped. Two exposed trials in a row whose
+    enqueue grew with the lead (by half the lead's growth or more) show a call that waits for the
+    device inside its enqueue: the lead is then LEAD_MIN_MS for the rest of the request (`synced`;
+    its gaps count however long the lead)."""
+
+    def __init__(self, estimate_ms: float):
+        self.ms = _bounded(LEAD_FACTOR * estimate_ms)
+        self.fits: list[float] = []
+        self.last: Trial | None = None
+        self.synced = False
+
+    def after(self, t: Trial) -> float:
+        last, self.last = self.last, t
+        if self.synced:
+            return self.ms
+        if not t.exposed:
+            self.fits = [*self.fits[1 - LEAD_RECENT :], t.enqueue]
+            self.ms = _bounded(LEAD_FIT * statistics.median(self.fits) + LEAD_PAD_MS)
+        elif (
+            last is not None
+            and last.exposed
+            and t.lead_dev >= 1.5 * last.lead_dev
+            and t.enqueue - last.enqueue >= 0.5 * (t.lead_dev - last.lead_dev)
+        ):
+            self.synced, self.ms = True, LEAD_MIN_MS
+        else:
+            self.ms = _bounded(max(2 * self.ms, LEAD_FIT * t.enqueue))
+        return self.ms
 
 
 def _prepare_lead(sync: Callable[[], None]) -> None:
@@ -431,7 +510,7 @@ def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None
         return None
     return {"ok": True, "times_ms": timed.times, "host_ms": timed.hosts, "clock": timed.clock,
             "lead_ms": timed.lead_ms, "first_lead_ms": timed.first_lead_ms,
-            "exposed": timed.exposed,
+            "exposed": timed.exposed, "leads_ms": timed.leads, "synced": timed.synced,
             "launches": launches, "signatures": signatures,
             "loop_ms": (_PERF_NS() - t_loop) / 1e6, "parts_ms": dict(_PARTS),
             "audit": w._audit_extra()}  # fmt: skip
