@@ -57,12 +57,6 @@ def test_a_host_bound_call_keeps_a_lead_over_its_enqueue() -> None:
     assert not lead.synced
 
 
-def test_a_call_beyond_the_longest_lead_stays_at_it() -> None:
-    lead = Lead(LEAD_MAX_MS)
-    leads = _run(lead, [1.2 * LEAD_MAX_MS] * 6)
-    assert leads == [LEAD_MAX_MS] * 6 and not lead.synced
-
-
 def test_a_call_that_waits_for_the_device_gets_the_shortest_lead() -> None:
     lead = Lead(0.3)
     leads = _run(lead, [0.2] * 6, synced=True)
@@ -81,3 +75,30 @@ def test_the_sleep_rate_follows_the_highest_recent_rate(monkeypatch) -> None:
     for _ in range(timing_loop.LEAD_RECENT):  # the high rate ages out
         timing_loop._observed_rate(700_000, 1.0)
     assert timing_loop._CAL["cycles"] == 700_000.0
+
+
+def test_a_call_that_waits_for_the_device_found_from_the_longest_lead() -> None:
+    """A first lead at the maximum (slow warmup calls) is probed once at half: the enqueue
+    follows the lead down, so the call waits for the device."""
+    lead = Lead(LEAD_MAX_MS)
+    leads = _run(lead, [0.2] * 4, synced=True)
+    assert leads[0] == LEAD_MAX_MS / 2 and lead.synced and leads[-1] == LEAD_MIN_MS
+
+
+def test_a_host_bound_call_at_the_longest_lead_is_probed_once() -> None:
+    lead = Lead(LEAD_MAX_MS)
+    leads = _run(lead, [1.2 * LEAD_MAX_MS] * 6)
+    assert leads == [LEAD_MAX_MS / 2] + [LEAD_MAX_MS] * 5 and not lead.synced
+
+
+def test_a_later_request_starts_at_the_lead_the_last_one_ended_with(monkeypatch) -> None:
+    monkeypatch.setattr(timing_loop, "_CAL", {})
+    first = Lead(4.0, key="ref|False|case:1")
+    _run(first, [0.5] * 4)
+    again = Lead(4.0, key="ref|False|case:1")  # its warmup call was slow again
+    assert again.ms == pytest.approx(LEAD_FIT * 0.5 + LEAD_PAD_MS)
+    assert Lead(2.0, key="other").ms == LEAD_FACTOR * 2.0 == Lead(2.0).ms
+    monkeypatch.setattr(timing_loop, "LEADS_KEPT", 2)
+    _run(Lead(1.0, key="b"), [0.5])
+    _run(Lead(1.0, key="c"), [0.5])  # full: the kept leads start over
+    assert set(timing_loop._CAL["leads"]) == {"c"}

@@ -70,6 +70,7 @@ LEAD_FIT = (
 )
 LEAD_PAD_MS = 0.05  # ... plus this
 LEAD_RECENT = 8  # trials (and lead rates) that the next lead is sized from
+LEADS_KEPT = 4096  # per-key last leads a process keeps (`Lead`)
 SLEEP_CALIBRATION_CYCLES = 2_000_000
 MAX_POOL = 256  # bound on the streams of one priority's pool (c10 has 32)
 
@@ -306,18 +307,22 @@ def run_trials(
     sync: Callable[[], None],
     around: Around = _NO_AROUND,
     budget_ms: float = 0.0,
+    lead_key: str | None = None,
 ) -> Timed:
     """Warmup calls, then the timed trials. `around` is called before and after each call,
     warmup or timed (`after(outputs, timed)`): the worker's audit of the call. With `budget_ms`
     > 0, warmup stops once it has taken that long (after at least two calls) and the trials are
     cut to what fits in it at the fastest warmup call's time (at least MIN_TRIALS). An exception
-    ends the trials (the caller resets the audit's state)."""
+    ends the trials (the caller resets the audit's state). `lead_key` names what is timed
+    (the same callable on the same inputs) so a later request starts at the lead this one ended
+    with (`Lead`; None: from the warmup's estimate)."""
     c = CLOCKS.get(clock, CLOCKS["host"])
     events = c.events and torch.cuda.is_initialized()
     lead = events and c.lead and _SLEEP is not None and _EVENT_WAIT is not None
     name = clock if events and lead == c.lead else ("cuda_events_idle" if events else "host")
     with _no_gc():
-        return _run(fn, inputs, (warmup, trials, budget_ms), name, lead, flush, sync, around)
+        counts = (warmup, trials, budget_ms)
+        return _run(fn, inputs, counts, name, lead, flush, sync, around, lead_key)
 
 
 def fitting(trials: int, budget_ms: float, call_ms: float) -> int:
@@ -331,12 +336,13 @@ def fitting(trials: int, budget_ms: float, call_ms: float) -> int:
 def _run(
     fn: Callable[..., Any],
     inputs: list[Any],
-    counts: tuple[int, int],
+    counts: tuple[int, int, float],
     name: str,
     lead: bool,
     flush: torch.Tensor | None,
     sync: Callable[[], None],
     around: Around,
+    lead_key: str | None = None,
 ) -> Timed:
     """`run_trials` under clock `name` (the one actually used), the collector off."""
     warmup, trials, budget_ms = counts
@@ -365,7 +371,8 @@ def _run(
         sync()
         trials = fitting(trials, budget_ms, call_ms if enqueue else 0.0)
         # the first warmup call compiles; later ones show the steady launch cost
-        sizing = Lead(max(enqueue[1:] or enqueue or [0.0]) + _waits_ms()) if lead else None
+        estimate = max(enqueue[1:] or enqueue or [0.0]) + _waits_ms() if lead else 0.0
+        sizing = Lead(estimate, lead_key) if lead else None
         out.lead_ms = out.first_lead_ms = sizing.ms if sizing else 0.0
         for _ in range(trials):
             t = _one(fn, inputs, flush, sync, events, out.lead_ms, around)
@@ -389,38 +396,56 @@ def _bounded(ms: float) -> float:
 
 
 class Lead:
-    """The lead of the next trial (ms). First LEAD_FACTOR x the warmup's steady enqueue (with
-    the streams' waits); then LEAD_FIT x the recent median of the enqueue (events, waits, our
-    audit's begin and the call: `Trial.enqueue`) of the trials that fitted in their lead, plus
-    LEAD_PAD_MS. An exposed trial doubles the lead (at least LEAD_FIT x its own enqueue), up to
-    LEAD_MAX_MS: the call is host-bound, or the host hiccuped. Two exposed trials in a row whose
-    enqueue grew with the lead (by half the lead's growth or more) show a call that waits for the
-    device inside its enqueue: the lead is then LEAD_MIN_MS for the rest of the request (`synced`;
-    its gaps count however long the lead)."""
+    """The lead of the next trial (ms). First the lead a previous request of the same `key`
+    ended with (`_CAL["leads"]`: a request's single warmup call is no guide, its enqueue may pay
+    for the allocator refilling a trimmed cache), else LEAD_FACTOR x the warmup's steady enqueue
+    (with the streams' waits); then LEAD_FIT x the recent median of the enqueue (events, waits,
+    our audit's begin and the call: `Trial.enqueue`) of the trials that fitted in their lead,
+    plus LEAD_PAD_MS. An exposed trial doubles the lead (at least LEAD_FIT x its own enqueue), up
+    to LEAD_MAX_MS; exposed at the maximum, the next lead is halved once (a probe). Two exposed
+    trials in a row whose enqueue moved with the lead (by half the lead's change or more, the
+    lead changed by a third or more) show a call that waits for the device inside its enqueue:
+    the lead is then LEAD_MIN_MS for the rest of the request (`synced`: its gaps count however
+    long the lead). A host-bound call's enqueue does not move with its lead."""
 
-    def __init__(self, estimate_ms: float):
-        self.ms = _bounded(LEAD_FACTOR * estimate_ms)
+    def __init__(self, estimate_ms: float, key: str | None = None):
+        known = _CAL.get("leads", {}).get(key) if key is not None else None
+        self.key = key
+        self.ms = known if known is not None else _bounded(LEAD_FACTOR * estimate_ms)
         self.fits: list[float] = []
         self.last: Trial | None = None
-        self.synced = False
+        self.synced = self.probed = False
 
     def after(self, t: Trial) -> float:
         last, self.last = self.last, t
         if self.synced:
-            return self.ms
-        if not t.exposed:
+            pass
+        elif not t.exposed:
             self.fits = [*self.fits[1 - LEAD_RECENT :], t.enqueue]
             self.ms = _bounded(LEAD_FIT * statistics.median(self.fits) + LEAD_PAD_MS)
-        elif (
-            last is not None
-            and last.exposed
-            and t.lead_dev >= 1.5 * last.lead_dev
-            and t.enqueue - last.enqueue >= 0.5 * (t.lead_dev - last.lead_dev)
-        ):
+        elif last is not None and last.exposed and _moved_with_lead(last, t):
             self.synced, self.ms = True, LEAD_MIN_MS
+        elif self.ms >= LEAD_MAX_MS and not self.probed:
+            self.probed, self.ms = True, LEAD_MAX_MS / 2
         else:
             self.ms = _bounded(max(2 * self.ms, LEAD_FIT * t.enqueue))
+        self._remember()
         return self.ms
+
+    def _remember(self) -> None:
+        if self.key is not None:
+            leads = _CAL.setdefault("leads", {})
+            if len(leads) >= LEADS_KEPT and self.key not in leads:
+                leads.clear()
+            leads[self.key] = self.ms
+
+
+def _moved_with_lead(a: Trial, b: Trial) -> bool:
+    """Whether the enqueue of two exposed trials moved with their leads (`Lead`)."""
+    change = b.lead_dev - a.lead_dev
+    if abs(change) < max(a.lead_dev, b.lead_dev) / 3:
+        return False
+    return (b.enqueue - a.enqueue) / change >= 0.5
 
 
 def _prepare_lead(sync: Callable[[], None]) -> None:
@@ -501,6 +526,7 @@ def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None
             fn, inputs, int(msg.get("warmup", 3)), int(msg.get("trials", 10)),
             str(msg.get("clock", "host")), w.flush, w._sync, (before, after),
             float(msg.get("budget_ms") or 0.0),
+            f"{key}|{msg.get('compiled')}|{msg.get('case')}",
         )  # fmt: skip
     except BaseException as exc:
         audit.STATE.active = audit.STATE.light = False
