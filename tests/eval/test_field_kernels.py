@@ -45,6 +45,8 @@ def _check(judge: Evaluator, case: dict[str, Any], mode: str) -> None:
     assert v.mode == mode
     if v.status is Status.CORRECT:
         assert v.audit is not None and v.audit.kernel_launches > 0, detail
+        if "launches" in case:
+            assert v.audit.kernel_launches == case["launches"], detail
         assert v.trials_passed == v.trials_total == 3
     if mode == "hybrid" and "epilogue" in case:
         assert v.audit is not None and v.audit.epilogue_ops == case["epilogue"], detail

@@ -5,8 +5,8 @@ Covers: every case of tests/eval/corpus/field that is not CPU-only, judged on `c
 and hybrid mode against its manifest (plain-Triton layer norm in hybrid was `profiler_tamper` on
 a GPU; the epilogue rule; the RNG rules; KernelBook output as printed for a GPU with
 `empty_strided_cuda`, `get_raw_stream`, the device guard and `libdevice.tanh`); the
-`@triton_heuristics.pointwise` case (`outcome_only`) records what the autotuner does on this
-PyTorch/Triton (correct, or an honest error) and must never be a reward hack or a judge error;
+`@triton_heuristics.pointwise` case, whose autotuner launches through its own launcher on a GPU
+(one launch seen by the audit: its `run` is a launch entry);
 the three presets on one case (the verdict records each, `tritonforge` times torch.compile).
 Each verdict is printed as one JSON line (`FIELD_GPU {...}`) for the report.
 Does not cover: the CPU interpreter (tests/eval/test_field_kernels.py).
@@ -56,13 +56,10 @@ def test_field_kernel_on_gpu(judge: Evaluator, case: dict[str, Any], mode: str) 
     v = judge.evaluate(hc.problem(case["problem"]), case["source"], s)
     _report(case, mode, v)
     detail = f"{case['file']} {mode}: {v.status.value} rule={v.rule}\n{v.message[:800]}"
-    if case.get("outcome_only"):
-        assert v.status not in (Status.REWARD_HACK, Status.INTERNAL_ERROR, Status.JUDGE_FAULT), (
-            detail
-        )
-        return
     assert v.status is Status(case[mode]), detail
     assert v.rule == case.get(f"{mode}_rule"), detail
+    if "launches" in case:
+        assert v.audit is not None and v.audit.kernel_launches == case["launches"], detail
     if mode == "hybrid" and "epilogue" in case:
         assert v.audit is not None and v.audit.epilogue_ops == case["epilogue"], detail
 

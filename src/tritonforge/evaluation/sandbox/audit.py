@@ -298,6 +298,7 @@ def begin_call(input_ptrs: dict[int, int]) -> None:
     STATE.raw = []
     STATE.snapshots = 0
     STATE.derived = {}
+    STATE.fresh = set()
     STATE.compute_log = []
     STATE.input_ptrs = input_ptrs
 

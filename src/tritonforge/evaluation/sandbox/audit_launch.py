@@ -2,9 +2,11 @@
 signatures, autotune handling, and the caching check's poisoning of a first call's outputs.
 
 Covers: the handlers of the `tritonforge.launch/launched` events raised by the stubs that stand in
-for Triton's launch entry points (compiled `JITFunction.run` and the interpreter's): every launch
+for Triton's launch entry points (compiled `JITFunction.run` and the interpreter's, and Inductor's
+`CachingAutotuner.run` where a candidate uses it: `install_inductor`): every launch
 is logged (name, tensor arguments), the argument buffers of the first SNAPSHOT_LAUNCHES launches
-of a trial are snapshotted before/after to see which ones it changed, those are credited to
+of a trial are snapshotted before/after to see which ones it changed (those allocated
+uninitialised in the call poisoned first: `_poison_fresh`), those are credited to
 output lineage (lineage.py), and the launch runs inside a secret profiler marker; arguments a
 Triton kernel cannot take (Python functions, modules) are `python_in_kernel`; each launch adds
 an entry to the call's signature (kernel, grid, scalar arguments, which arguments are the call's
@@ -35,6 +37,7 @@ _TB = torch._C.TensorBase
 _INTERPRETER = [False]  # set at install: launches run as Python under the CPU interpreter
 _KERNEL_TYPES = ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")
 _LAUNCH_KWARGS = {"grid", "warmup", "num_warps", "num_stages", "num_ctas", "maxnreg"}
+_UNSIGNED = ("grid", "warmup", "stream")  # launch kwargs not in a signature's scalars
 
 # ---------------------------------------------------------------------------------------------
 # Arguments
@@ -104,9 +107,7 @@ def raw_entry(fn: Any, args: tuple, kwargs: dict) -> tuple[str, str, str, tuple[
     scalars = (
         ",".join(_scalar(a) for a in args)
         + ";"
-        + ",".join(
-            f"{k}={_scalar(v)}" for k, v in sorted(kwargs.items()) if k not in ("grid", "warmup")
-        )
+        + ",".join(f"{k}={_scalar(v)}" for k, v in sorted(kwargs.items()) if k not in _UNSIGNED)
     )
     with sealed.guard():
         ptrs = tuple(_TB.data_ptr(t) for t in _tensor_args(args, kwargs))
@@ -147,6 +148,31 @@ def _snapshot(tensors: list[torch.Tensor]) -> dict[int, torch.Tensor]:
     return snaps
 
 
+def _poison_fresh(tensors: list[torch.Tensor]) -> None:
+    """Fill the arguments allocated uninitialised in this call and not written since
+    (`STATE.fresh`) with POISON bytes before the snapshot: a kernel that writes one is then
+    seen to change it even when it writes the bytes the block already held (on a GPU the
+    caching allocator hands the caching check's second call the first call's freed workspace,
+    with the first call's results in it), and a kernel that never writes it leaves poison.
+    Device buffers only, and not with the CUDA C++ backend: host code writes CPU tensors unseen
+    by the dispatcher (numpy through an array interface, tolerated in hybrid mode), and the
+    backend's library calls write device buffers unseen, so an empty buffer may already hold
+    their results."""
+    armed = STATE.armed
+    if armed is None or "library" in armed.allow_spawn_from:
+        return
+    for t in tensors:
+        ptr, nbytes = storage_key(t)
+        if (
+            ptr in STATE.fresh
+            and nbytes
+            and _TB.device.__get__(t).type == "cuda"
+            and _TB.dtype.__get__(t) is not torch.bool
+        ):
+            sealed.CAP.fill_(sealed.bytes_of(t), POISON)
+            STATE.fresh.discard(ptr)
+
+
 def _changed(tensors: list[torch.Tensor], snaps: dict[int, torch.Tensor]) -> list[int]:
     out = []
     for t in tensors:
@@ -160,8 +186,8 @@ def _changed(tensors: list[torch.Tensor], snaps: dict[int, torch.Tensor]) -> lis
 def _launch(hook: Hook, args: tuple, frame: Any) -> None:
     key, fn, a, kw, box = args
     box.append(_RUNS[key])
-    if kw.get("warmup"):
-        return
+    if kw.get("warmup") or STATE.in_launch:  # (inside a launch: Inductor's autotuner run under
+        return  # the interpreter launches its JIT function, the same launch, counted once)
     STATE.launch_count += 1
     if _INTERPRETER[0]:  # the interpreter's raw memory access is bounded to these buffers
         with sealed.guard():
@@ -193,7 +219,10 @@ def _launch(hook: Hook, args: tuple, frame: Any) -> None:
     snaps = None
     if snap:
         with sealed.own_work(), sealed.guard():
+            _poison_fresh(tensors)
             snaps = _snapshot(tensors)
+    with sealed.guard():
+        STATE.fresh -= {storage_key(t)[0] for t in tensors}
     marker = sealed.marker("launch") if STATE.profiling else None
     STATE.in_launch += 1
     box.append((rec, tensors, snaps, marker))
@@ -316,6 +345,22 @@ def install(hook: Hook) -> None:
         cls.run = stub
         STATE.watched.append((cls, "run", stub))
     _quiet_autotune(hook)
+
+
+def install_inductor(cls: type) -> None:
+    """Inductor's `CachingAutotuner.run` as a launch entry (once; the worker calls this when a
+    candidate's Inductor runtime helpers are imported, before the audit is armed). On a GPU its
+    launcher calls the compiled kernel directly, never `JITFunction.run`: without this entry an
+    Inductor-style candidate's launches went unseen (`no_kernel_launch` in strict mode, nothing
+    credited to its outputs). Under the interpreter it launches its JIT function inside this entry,
+    which `_launch` passes through (one launch). Whatever runs inside the entry runs inside our
+    launch marker, where PyTorch compute is `torch in a kernel` (audit_profile)."""
+    if any(owner is cls and attr == "run" for owner, attr, _ in STATE.watched):
+        return
+    _RUNS.append(cls.run)
+    stub = stubs.launch_entry(len(_RUNS) - 1)
+    cls.run = stub
+    STATE.watched.append((cls, "run", stub))
 
 
 # ---------------------------------------------------------------------------------------------

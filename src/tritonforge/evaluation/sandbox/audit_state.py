@@ -64,6 +64,8 @@ class AuditState:
     ranges: Any = None  # interpreter: (lo, hi) arrays of the storages the launch may touch
     # storage ptr -> its content was last written by a kernel (or copied by glue from such)
     derived: dict[int, bool] = field(default_factory=dict)
+    # storages allocated uninitialised in this call (torch.empty...) and not written since
+    fresh: set[int] = field(default_factory=set)
     # compute ops run by the candidate during forward, in order: (name, every non-scalar tensor
     # it read holds kernel data, number of launches before it) -- the epilogue facts
     compute_log: list[tuple[str, bool, int]] = field(default_factory=list)

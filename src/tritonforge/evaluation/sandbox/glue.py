@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import hashlib
 
+# allocations whose content is undefined: a launch's snapshot may poison them (audit_launch)
+UNINITIALISED = frozenset(
+    {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
+)
 ALLOCATION = {
     "empty",
     "empty_like",

@@ -6,7 +6,9 @@ marks the buffers a launch changed) or was copied by allowed glue (clone, contig
 `.to(dtype)`, `copy_`) from such a storage; allocation and constant fills reset it; compute ops
 never set it. `provenance(outputs)` turns that into per-output facts for decide.py. It also logs
 each compute op in order (`STATE.compute_log`: whether all it read was kernel data, launches
-before it), from which decide.py recognises a PyTorch epilogue after the kernels.
+before it), from which decide.py recognises a PyTorch epilogue after the kernels; storages
+allocated uninitialised and not written since (`STATE.fresh`: audit_launch poisons them before a
+snapshotted launch).
 
 Why a dispatch mode is safe here even though a candidate can disable dispatch modes: this layer
 only grants provenance, never hides anything; switching it off makes outputs look un-written and
@@ -21,7 +23,7 @@ from typing import Any
 import torch
 
 from tritonforge.evaluation.sandbox.audit_state import STATE
-from tritonforge.evaluation.sandbox.glue import ALLOCATION, classify_op
+from tritonforge.evaluation.sandbox.glue import ALLOCATION, UNINITIALISED, classify_op
 from tritonforge.evaluation.sandbox.sealed import CAP
 
 
@@ -72,6 +74,10 @@ def _record(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
         return  # a view or a metadata query: no storage got new content
     name = schema.name
     base = name.split("::", 1)[-1]
+    if base in UNINITIALISED:
+        STATE.fresh |= written
+    else:
+        STATE.fresh -= written
     copies_kernel_data = (
         classify_op(name) == "glue"
         and base not in ALLOCATION
