@@ -6,7 +6,7 @@ and hybrid mode against its manifest (plain-Triton layer norm in hybrid was `pro
 a GPU; the epilogue rule; the RNG rules; KernelBook output as printed for a GPU with
 `empty_strided_cuda`, `get_raw_stream`, the device guard and `libdevice.tanh`); the
 `@triton_heuristics.pointwise` case, whose autotuner launches through its own launcher on a GPU
-(one launch seen by the audit: its `run` is a launch entry);
+(an open false positive in strict mode, `known_false_positive` in the manifest: xfail);
 the three presets on one case (the verdict records each, `tritonforge` times torch.compile).
 Each verdict is printed as one JSON line (`FIELD_GPU {...}`) for the report.
 Does not cover: the CPU interpreter (tests/eval/test_field_kernels.py).
@@ -51,7 +51,12 @@ def _report(case: dict[str, Any], mode: str, v) -> None:
 
 @pytest.mark.parametrize("mode", ["strict", "hybrid"])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_field_kernel_on_gpu(judge: Evaluator, case: dict[str, Any], mode: str) -> None:
+def test_field_kernel_on_gpu(
+    judge: Evaluator, case: dict[str, Any], mode: str, request: pytest.FixtureRequest
+) -> None:
+    known = case.get("known_false_positive", "")
+    if known.startswith(f"{mode}:"):  # an open false positive: XPASS (strict) once it is fixed
+        request.applymarker(pytest.mark.xfail(strict=True, reason=known))
     s = hc.settings_for(case, mode, device="cuda")
     v = judge.evaluate(hc.problem(case["problem"]), case["source"], s)
     _report(case, mode, v)

@@ -2,8 +2,7 @@
 signatures, autotune handling, and the caching check's poisoning of a first call's outputs.
 
 Covers: the handlers of the `tritonforge.launch/launched` events raised by the stubs that stand in
-for Triton's launch entry points (compiled `JITFunction.run` and the interpreter's, and Inductor's
-`CachingAutotuner.run` where a candidate uses it: `install_inductor`): every launch
+for Triton's launch entry points (compiled `JITFunction.run` and the interpreter's): every launch
 is logged (name, tensor arguments), the argument buffers of the first SNAPSHOT_LAUNCHES launches
 of a trial are snapshotted before/after to see which ones it changed (those allocated
 uninitialised in the call poisoned first: `_poison_fresh`), those are credited to
@@ -37,7 +36,6 @@ _TB = torch._C.TensorBase
 _INTERPRETER = [False]  # set at install: launches run as Python under the CPU interpreter
 _KERNEL_TYPES = ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")
 _LAUNCH_KWARGS = {"grid", "warmup", "num_warps", "num_stages", "num_ctas", "maxnreg"}
-_UNSIGNED = ("grid", "warmup", "stream")  # launch kwargs not in a signature's scalars
 
 # ---------------------------------------------------------------------------------------------
 # Arguments
@@ -100,14 +98,18 @@ def raw_entry(fn: Any, args: tuple, kwargs: dict) -> tuple[str, str, str, tuple[
     """(kernel, grid, scalar arguments, data ptrs of tensor arguments) of one launch."""
     name = getattr(getattr(fn, "fn", None), "__name__", None) or type(fn).__name__
     grid = kwargs.get("grid")
-    if type(grid) is tuple and all(type(g) is int for g in grid):
-        grid_s = repr(grid)
+    if type(grid) is _Grid:  # a callable grid: the grid it returned for this launch
+        grid = grid.last
+    if type(grid) in (tuple, list) and all(type(g) is int for g in grid):
+        grid_s = repr(tuple(grid))
     else:
         grid_s = "callable" if callable(grid) else type(grid).__name__
     scalars = (
         ",".join(_scalar(a) for a in args)
         + ";"
-        + ",".join(f"{k}={_scalar(v)}" for k, v in sorted(kwargs.items()) if k not in _UNSIGNED)
+        + ",".join(
+            f"{k}={_scalar(v)}" for k, v in sorted(kwargs.items()) if k not in ("grid", "warmup")
+        )
     )
     with sealed.guard():
         ptrs = tuple(_TB.data_ptr(t) for t in _tensor_args(args, kwargs))
@@ -183,11 +185,36 @@ def _changed(tensors: list[torch.Tensor], snaps: dict[int, torch.Tensor]) -> lis
     return out
 
 
+class _Grid:
+    """A candidate's callable grid. Triton calls it inside the launch entry, where the tripwires
+    and the lineage are off (`STATE.in_launch`: Triton's own work there is not the candidate's);
+    it runs with them on, as the candidate's own code it is, and the grid it returned signs the
+    launch (`raw_entry`: a grid that differs when the call is not observed is
+    `launch_mismatch`)."""
+
+    __slots__ = ("fn", "last")
+
+    def __init__(self, fn: Any):
+        self.fn, self.last = fn, None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        depth, STATE.in_launch = STATE.in_launch, 0
+        try:
+            out = self.fn(*args, **kwargs)
+        finally:
+            STATE.in_launch = depth
+        self.last = out
+        return out
+
+
 def _launch(hook: Hook, args: tuple, frame: Any) -> None:
     key, fn, a, kw, box = args
     box.append(_RUNS[key])
-    if kw.get("warmup") or STATE.in_launch:  # (inside a launch: Inductor's autotuner run under
-        return  # the interpreter launches its JIT function, the same launch, counted once)
+    grid = kw.get("grid")
+    if callable(grid) and type(grid) is not _Grid:  # (the stub calls the entry with `kw`)
+        kw["grid"] = _Grid(grid)
+    if kw.get("warmup"):
+        return
     STATE.launch_count += 1
     if _INTERPRETER[0]:  # the interpreter's raw memory access is bounded to these buffers
         with sealed.guard():
@@ -210,8 +237,8 @@ def _launch(hook: Hook, args: tuple, frame: Any) -> None:
     tensors = _tensor_args(a, kw)
     with sealed.guard():
         rec = Launch(name=entry[0], args=[storage_key(t) for t in tensors])
-    if STATE.active:
-        STATE.raw.append(entry)
+    if STATE.active:  # signed after the call: a callable grid is evaluated in the launch
+        STATE.raw.append((fn, a, kw))
     if len(STATE.launches) < 100_000:
         STATE.launches.append(rec)
     snap = STATE.snapshot and STATE.snapshots < SNAPSHOT_LAUNCHES
@@ -345,22 +372,6 @@ def install(hook: Hook) -> None:
         cls.run = stub
         STATE.watched.append((cls, "run", stub))
     _quiet_autotune(hook)
-
-
-def install_inductor(cls: type) -> None:
-    """Inductor's `CachingAutotuner.run` as a launch entry (once; the worker calls this when a
-    candidate's Inductor runtime helpers are imported, before the audit is armed). On a GPU its
-    launcher calls the compiled kernel directly, never `JITFunction.run`: without this entry an
-    Inductor-style candidate's launches went unseen (`no_kernel_launch` in strict mode, nothing
-    credited to its outputs). Under the interpreter it launches its JIT function inside this entry,
-    which `_launch` passes through (one launch). Whatever runs inside the entry runs inside our
-    launch marker, where PyTorch compute is `torch in a kernel` (audit_profile)."""
-    if any(owner is cls and attr == "run" for owner, attr, _ in STATE.watched):
-        return
-    _RUNS.append(cls.run)
-    stub = stubs.launch_entry(len(_RUNS) - 1)
-    cls.run = stub
-    STATE.watched.append((cls, "run", stub))
 
 
 # ---------------------------------------------------------------------------------------------

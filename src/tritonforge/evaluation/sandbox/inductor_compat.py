@@ -4,8 +4,7 @@ Covers: `PREIMPORTABLE`, the Inductor *runtime* modules a candidate may use (lau
 autotuning helpers, the kernel-side `triton_helpers`, hints, the `extern_kernels` namespace);
 `prepare(modules)`, which the worker calls before the audit is armed: it imports those modules
 in trusted context (their import reads caches and configuration files that the candidate itself
-may not touch), makes the autotuner's `run` a launch entry of the audit (on a GPU it launches
-through its own launcher: audit_launch.install_inductor) and restores the classic `grid(*numels)` helper where the installed PyTorch no
+may not touch) and restores the classic `grid(*numels)` helper where the installed PyTorch no
 longer has it (KernelBook was generated with PyTorch 2.5, which had it; 2.9 removed it, so every
 such candidate would fail to import for a reason that is not its own).
 Does not cover: which source constructs are allowed (judge/inductor_rules.py); the compiler
@@ -18,8 +17,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 from typing import Any
-
-from tritonforge.evaluation.sandbox import audit_launch
 
 HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 PREIMPORTABLE = (
@@ -64,8 +61,6 @@ def prepare(modules: Iterable[str]) -> list[str]:
         if name not in PREIMPORTABLE:
             continue
         mod = importlib.import_module(name)
-        if name == HEURISTICS and isinstance(getattr(mod, "CachingAutotuner", None), type):
-            audit_launch.install_inductor(mod.CachingAutotuner)
         if name == HEURISTICS and not hasattr(mod, "grid"):
             mod.grid = classic_grid  # type: ignore[attr-defined]
             notes.append(
