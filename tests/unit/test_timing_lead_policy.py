@@ -71,6 +71,7 @@ def test_the_sleep_rate_follows_the_highest_recent_rate(monkeypatch) -> None:
     timing_loop._observed_rate(500_000, 1.0)  # a slower moment: keep the highest
     assert timing_loop._CAL["cycles"] == 1_000_000.0
     timing_loop._observed_rate(10, 0.001)  # too short a lead to tell
+    timing_loop._observed_rate(60_000, 0.05)  # (a calibration lead: its launch weighs in)
     assert timing_loop._CAL["cycles"] == 1_000_000.0
     for _ in range(timing_loop.LEAD_RECENT):  # the high rate ages out
         timing_loop._observed_rate(700_000, 1.0)
@@ -102,3 +103,8 @@ def test_a_later_request_starts_at_the_lead_the_last_one_ended_with(monkeypatch)
     _run(Lead(1.0, key="b"), [0.5])
     _run(Lead(1.0, key="c"), [0.5])  # full: the kept leads start over
     assert set(timing_loop._CAL["leads"]) == {"c"}
+
+
+def test_exposed_trials_with_no_lead_to_compare_are_not_a_wait_for_the_device() -> None:
+    a = Trial(1.0, 1.0, True, 0.5, 0.0)
+    assert not timing_loop._moved_with_lead(a, Trial(1.0, 1.0, True, 0.7, 0.0))

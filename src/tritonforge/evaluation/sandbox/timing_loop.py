@@ -71,6 +71,7 @@ LEAD_FIT = (
 LEAD_PAD_MS = 0.05  # ... plus this
 LEAD_RECENT = 8  # trials (and lead rates) that the next lead is sized from
 LEADS_KEPT = 4096  # per-key last leads a process keeps (`Lead`)
+LEAD_RATE_MIN_MS = 0.2  # shorter leads do not update the sleep's rate (`_observed_rate`)
 SLEEP_CALIBRATION_CYCLES = 2_000_000
 MAX_POOL = 256  # bound on the streams of one priority's pool (c10 has 32)
 
@@ -188,7 +189,7 @@ def _observed_rate(cycles: int, lead_dev: float) -> None:
     """A lead of `cycles` took `lead_dev` device ms: the sleep's rate follows the highest of
     the recent leads' rates (a slower clock then makes a lead longer than asked, never
     shorter)."""
-    if lead_dev < 0.05:  # too short to tell a rate from the events' own resolution
+    if lead_dev < LEAD_RATE_MIN_MS:  # the launch's own latency would weigh in the rate
         return
     rates = _CAL.setdefault("rates", [])
     rates.append(cycles / lead_dev)
@@ -443,7 +444,7 @@ class Lead:
 def _moved_with_lead(a: Trial, b: Trial) -> bool:
     """Whether the enqueue of two exposed trials moved with their leads (`Lead`)."""
     change = b.lead_dev - a.lead_dev
-    if abs(change) < max(a.lead_dev, b.lead_dev) / 3:
+    if change == 0 or abs(change) < max(a.lead_dev, b.lead_dev) / 3:
         return False
     return (b.enqueue - a.enqueue) / change >= 0.5
 
