@@ -59,7 +59,8 @@ _HOOK: Hook | None = None  # dropped once armed: nothing reachable refers to the
 _SYS_AUDIT = sys.audit
 _STUB_FACTORIES = {
     k: stubs.__dict__[k]
-    for k in ("tripwire", "launch_entry", "bench_entry", "os_open", "guarded_import", "Lineage")
+    for k in ("tripwire", "launch_entry", "launcher_entry", "runner_entry", "bench_entry",
+              "os_open", "guarded_import", "Lineage")  # fmt: skip
 }
 _len_tf_stack = torch._C._len_torch_function_stack
 _pop_tf_stack = torch._C._pop_torch_function_stack
@@ -137,6 +138,35 @@ def _install_tripwires(cpu: bool) -> None:
     for owner, attr in _profiler_controls():
         _tripwire(owner, attr, "profiler_tamper", always=True)
     _install(os, "open", stubs.os_open(0))
+    _fresh_allocations()
+
+
+def _allocates_fresh(original: Any) -> Any:
+    """`original` (an allocation helper below the dispatcher), its buffer counted as allocated
+    uninitialised in the call (STATE.fresh), as lineage counts torch.empty's."""
+
+    def alloc(*args: Any, **kwargs: Any) -> Any:
+        t = original(*args, **kwargs)
+        if STATE.active and not STATE.in_launch and type(t) is torch.Tensor:
+            with sealed.guard():
+                STATE.fresh.add(audit_launch.storage_key(t)[0])
+        return t
+
+    return alloc
+
+
+def _fresh_allocations() -> None:
+    """Inductor's buffer helpers (`_empty_strided_cuda`, which KernelBook output calls for
+    every buffer) allocate below the dispatcher, where lineage does not see them: their buffers
+    are poisoned before a kernel's snapshot like torch.empty's (otherwise a buffer an autotuner
+    benchmark already wrote, or a repeated call's recycled block, looks unchanged by the
+    kernel that writes it). A tripwire that never trips: calling them is allowed."""
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    for name in ("_empty_strided_cuda", "_empty_strided_cpu"):
+        original = getattr(guards, name, None)
+        if original is not None:
+            key = _HOOK.add_trip(Trip(_allocates_fresh(original), "", name, False))
+            _install(guards, name, stubs.tripwire(key))
 
 
 # ---------------------------------------------------------------------------------------------

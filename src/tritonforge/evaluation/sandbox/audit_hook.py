@@ -220,7 +220,7 @@ class Trip:
     """One tripwire: the function it stands in for and what calling it means."""
 
     original: Any
-    rule: str
+    rule: str  # "": never trips (the stub only routes the call, e.g. to mark a buffer fresh)
     what: str
     always: bool  # blocked at any time with the candidate on the stack (else: during forward)
 
@@ -356,7 +356,7 @@ class Hook:
 def _trip(hook: Hook, args: tuple, frame: Any) -> None:
     key, box = args
     trip = hook.trips[key]
-    if hook.armed is not None and not STATE.in_launch:
+    if trip.rule and hook.armed is not None and not STATE.in_launch:  # "": never trips
         with hook.quiet():
             caller = frame.f_back
             on_stack = trip.always and hook.origin(caller).on_stack

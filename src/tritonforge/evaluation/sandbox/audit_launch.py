@@ -31,7 +31,10 @@ from tritonforge.evaluation.sandbox.audit_state import STATE, Launch, violation
 SNAPSHOT_LAUNCHES = 64  # per trial: launches whose argument buffers are diffed before/after
 POISON = 0xFF  # byte written over a first call's outputs before a repeated call
 _RUNS: list[Any] = []  # originals of the launch entry points, by stub key
-_BENCHES: list[Any] = []  # originals of Autotuner._bench
+_BENCHES: list[Any] = []  # originals of Autotuner._bench (and CachingAutotuner's benchmarks)
+_LAUNCHER_CODE: list[Any] = []  # originals of the Inductor runtime's CompileResult._gen_launcher_code
+_RUNNERS: dict[int, tuple[int, str]] = {}  # runner key -> (first kernel argument, kernel name)
+_TRUSTED_RUNNERS: dict[str, Any] = {}  # what a genuine runner is, taken before the candidate ran
 _TB = torch._C.TensorBase
 _INTERPRETER = [False]  # set at install: launches run as Python under the CPU interpreter
 _KERNEL_TYPES = ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")
@@ -96,7 +99,10 @@ def _scalar(a: Any) -> str:
 
 def raw_entry(fn: Any, args: tuple, kwargs: dict) -> tuple[str, str, str, tuple[int, ...]]:
     """(kernel, grid, scalar arguments, data ptrs of tensor arguments) of one launch."""
-    name = getattr(getattr(fn, "fn", None), "__name__", None) or type(fn).__name__
+    if type(fn) is str:  # a runner's launch (the kernel's name)
+        name = fn
+    else:
+        name = getattr(getattr(fn, "fn", None), "__name__", None) or type(fn).__name__
     grid = kwargs.get("grid")
     if type(grid) is _Grid:  # a callable grid: the grid it returned for this launch
         grid = grid.last
@@ -278,6 +284,119 @@ def _launched(hook: Hook, args: tuple, frame: Any) -> None:
     rec.ok = True
 
 
+# ---------------------------------------------------------------------------------------------
+# Inductor's launchers (KernelBook/KernelLLM output decorated with triton_heuristics)
+# ---------------------------------------------------------------------------------------------
+
+
+def _runner_lead(runner_args: list[str]) -> int | None:
+    """Index of the first kernel argument in a launcher's runner call, for the two layouts of
+    the Inductor runtime: (grid_0, grid_1, grid_2, stream, *kernel args) for the static CUDA
+    launcher, (..., stream, function, metadata, launch_metadata, launch_enter_hook,
+    launch_exit_hook, *kernel args) for Triton's own; None for any other."""
+    if list(runner_args[:4]) != ["grid_0", "grid_1", "grid_2", "stream"]:
+        return None
+    if "launch_exit_hook" not in runner_args:
+        return 4
+    lead = list(runner_args).index("launch_exit_hook") + 1
+    return None if any(a.startswith("*") for a in runner_args[:lead]) else lead
+
+
+def _genuine_runner(result: Any, scope: dict) -> bool:
+    """The runner in `scope` is the launch of the compiled kernel `result` holds: the static
+    CUDA launcher's `run` bound to it, or Triton's own launcher object of it, with no launch
+    hooks (Python that Triton's launcher would call)."""
+    t, runner = _TRUSTED_RUNNERS, scope.get("runner")
+    kernel = getattr(result, "kernel", None)
+    if type(result) is t.get("static_result"):
+        return (
+            type(runner) is types.MethodType
+            and runner.__self__ is kernel
+            and type(kernel) is t.get("static_kernel")
+            and runner.__func__ is t.get("static_run")
+        )
+    if type(result) is t.get("triton_result"):
+        hooks = scope.get("launch_enter_hook"), scope.get("launch_exit_hook")
+        launcher_cls = t.get("triton_launcher")
+        return (
+            launcher_cls is not None
+            and type(runner) is launcher_cls
+            and runner is getattr(kernel, "run", None)
+            and hooks == (None, None)
+        )
+    return False
+
+
+def _launcher(hook: Hook, args: tuple, frame: Any) -> None:
+    """An Inductor launcher is being built: a genuine runner is swapped for a `runner_entry`
+    (any other is left as it is: its launches go unrecorded, so its outputs are not credited
+    to a kernel, the pessimistic side)."""
+    key, result, scope, runner_args, box = args
+    box.append(_LAUNCHER_CODE[key])
+    lead = _runner_lead(runner_args)
+    if lead is None or type(scope) is not dict or not _genuine_runner(result, scope):
+        return
+    name = getattr(getattr(result, "kernel", None), "name", None)
+    rkey = len(_RUNS)
+    _RUNS.append(scope["runner"])
+    _RUNNERS[rkey] = (lead, name if type(name) is str else "inductor_kernel")
+    scope["runner"] = stubs.runner_entry(rkey)
+
+
+def _runner(hook: Hook, args: tuple, frame: Any) -> None:
+    """A launch through an Inductor launcher: recorded as a launch (kernel arguments after the
+    runner's own, grid from its first three), then the runner runs outside the launch window
+    (its code is reachable from the candidate's objects: audited like the candidate's)."""
+    key, rargs, box = args
+    lead, name = _RUNNERS[key]
+    _launch(hook, (key, name, tuple(rargs[lead:]), {"grid": tuple(rargs[:3])}, box), frame)
+    if len(box) > 1:
+        STATE.in_launch -= 1
+
+
+def _ran(hook: Hook, args: tuple, frame: Any) -> None:
+    STATE.in_launch += 1
+    _launched(hook, args, frame)
+
+
+def install_inductor() -> None:
+    """Once the worker imported the Inductor runtime for a candidate, before arming: launchers
+    built from now on record their launches (`_launcher`), and CachingAutotuner's config
+    benchmarks run in light mode like @triton.autotune's. What a genuine runner is, is taken
+    here, before any candidate code ran."""
+    from torch._inductor.runtime import triton_heuristics as th
+
+    if _LAUNCHER_CODE or "_gen_launcher_code" not in th.CompileResult.__dict__:
+        return
+    t = _TRUSTED_RUNNERS
+    t["triton_result"] = getattr(th, "TritonCompileResult", None)
+    t["static_result"] = getattr(th, "StaticTritonCompileResult", None)
+    try:
+        from torch._inductor.runtime import static_triton_launcher as stl
+
+        t["static_kernel"] = stl.StaticallyLaunchedCudaKernel
+        t["static_run"] = stl.StaticallyLaunchedCudaKernel.run
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+
+        t["triton_launcher"] = CudaLauncher
+    except ImportError:
+        pass
+    _LAUNCHER_CODE.append(th.CompileResult.__dict__["_gen_launcher_code"])
+    stub = stubs.launcher_entry(len(_LAUNCHER_CODE) - 1)
+    th.CompileResult._gen_launcher_code = stub
+    STATE.watched.append((th.CompileResult, "_gen_launcher_code", stub))
+    cls = th.CachingAutotuner
+    original = cls.__dict__.get("benchmark_all_configs")
+    if original is not None:
+        _BENCHES.append(original)
+        bench = stubs.bench_entry(len(_BENCHES) - 1)
+        cls.benchmark_all_configs = bench
+        STATE.watched.append((cls, "benchmark_all_configs", bench))
+
+
 def _tune(hook: Hook, args: tuple, frame: Any) -> None:
     key, box = args
     box.extend((_BENCHES[key], (STATE.light, STATE.tuning)))
@@ -357,6 +476,9 @@ def install(hook: Hook) -> None:
             "tritonforge.launched": _launched,
             "tritonforge.tune": _tune,
             "tritonforge.tuned": _tuned,
+            "tritonforge.launcher": _launcher,
+            "tritonforge.runner": _runner,
+            "tritonforge.ran": _ran,
         }
     )
     classes = [jit.JITFunction]

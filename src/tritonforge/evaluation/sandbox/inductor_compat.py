@@ -61,6 +61,10 @@ def prepare(modules: Iterable[str]) -> list[str]:
         if name not in PREIMPORTABLE:
             continue
         mod = importlib.import_module(name)
+        if name == HEURISTICS:
+            from tritonforge.evaluation.sandbox import audit_launch
+
+            audit_launch.install_inductor()
         if name == HEURISTICS and not hasattr(mod, "grid"):
             mod.grid = classic_grid  # type: ignore[attr-defined]
             notes.append(

@@ -57,6 +57,39 @@ def launch_entry(key: int) -> Any:
     return run
 
 
+def launcher_entry(key: int) -> Any:
+    """`CompileResult._gen_launcher_code` of the Inductor runtime: the launcher it builds for a
+    compiled kernel gets a `runner_entry` in place of the kernel's runner (the hook decides)."""
+
+    def _gen_launcher_code(self, scope, def_args, runner_args):
+        box: list[Any] = []
+        _audit("tritonforge.launcher", key, self, scope, runner_args, box)
+        return box[0](self, scope, def_args, runner_args)
+
+    return _gen_launcher_code
+
+
+def runner_entry(key: int) -> Any:
+    """A compiled kernel's runner inside an Inductor launcher (on a GPU the autotuner launches
+    through these, never through `JITFunction.run`): every such launch passes here. The runner
+    itself runs outside the launch window, as the candidate's own code would."""
+
+    def runner(*args):
+        box: list[Any] = []
+        _audit("tritonforge.runner", key, args, box)
+        if len(box) == 1:  # light mode: counted, nothing to finish
+            return box[0](*args)
+        ok = False
+        try:
+            result = box[0](*args)
+            ok = True
+            return result
+        finally:
+            _audit("tritonforge.ran", key, box, ok)
+
+    return runner
+
+
 def bench_entry(key: int) -> Any:
     """`Autotuner._bench`: config benchmarking runs in light mode (counted, not recorded)."""
 
@@ -135,6 +168,8 @@ class Lineage(TorchDispatchMode):
 STUB_CODES = (
     tripwire(0).__code__,
     launch_entry(0).__code__,
+    launcher_entry(0).__code__,
+    runner_entry(0).__code__,
     bench_entry(0).__code__,
     bench_property(0).fget.__code__,
     memory_entry(0).__code__,
