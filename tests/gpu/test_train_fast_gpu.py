@@ -45,12 +45,14 @@ def test_bf16_parameter_path_agrees_with_fp32_masters_at_8192_positions():
     assert bad["late"] > ok["late"] and bad["grad_rel"] > ok["grad_rel"], errs
 
 
-@pytest.mark.parametrize("uniform", ["sdpa", "sdpa_cudnn"])
-def test_compiled_layers_get_attention_gradients_without_copies(uniform):
-    """q, k and v cross the graph break around the eager attention as contiguous tensors, so
-    AOTAutograd takes their gradients as they come (before: it copied each of them to
-    contiguous in every layer's backward, 2.3% of the 0.6B shape's H200 step). Counts the
-    copies `coerce_to_expected_memory_format` makes of 4-d tangents in a compiled step."""
+def test_compiled_layers_get_attention_gradients_without_copies():
+    """q, k and v cross the graph break around the eager attention (the default uniform kernel,
+    `sdpa`) as new contiguous tensors made in the layer's graph (nested graph breaks), so
+    AOTAutograd takes their gradients as they come (before: it copied each to contiguous in
+    every layer's backward, 2.3% of the 0.6B shape's H200 step). Counts the copies
+    `coerce_to_expected_memory_format` makes of 4-d tangents in a compiled step. (`sdpa_cudnn`
+    repeats keys and values to every head: their gradients come back in another layout.)"""
+    uniform = "sdpa"
     import torch._functorch.aot_autograd  # noqa: F401  (runtime_wrappers alone: a circular import)
     from torch._functorch._aot_autograd import runtime_wrappers as rw
 

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -223,10 +224,11 @@ def check_vocabulary(mb: MicroBatch, vocab: int) -> None:
     ValueError naming the sequence. On the host micro-batch: on the device a bad id would be
     a sync (to check) or a crash (an embedding or gather out of bounds). The unscored last
     token of a sequence is never read, so it is not checked."""
-    bad = (mb.input_ids < 0) | (mb.input_ids >= vocab) | (mb.targets >= vocab)
-    bad |= (mb.mask > 0) & (mb.targets < 0)  # a negative id would pass as "not scored"
-    if bool(bad.any()):
-        row = int(bad.any(dim=1).nonzero()[0, 0])
+    ids, targets, mask = mb.input_ids.numpy(), mb.targets.numpy(), mb.mask.numpy()
+    bad = (ids < 0) | (ids >= vocab) | (targets >= vocab)
+    bad |= (mask > 0) & (targets < 0)  # a negative id would pass as "not scored"
+    if bad.any():  # numpy: torch's CPU ops cost milliseconds each on a busy host
+        row = int(np.flatnonzero(bad.any(axis=1))[0])
         raise ValueError(f"sequence {mb.seq_index[row]}: a token id is outside the vocabulary")
 
 

@@ -97,13 +97,17 @@ def pack_micro_batch(
     real = sum(lengths)
     total = -(-real // multiple) * multiple
     docs = lengths + ([total - real] if total > real else [])
-    ids = torch.full((total,), pad_id, dtype=torch.long)
-    ids[:real] = mb.input_ids[mb.attention_mask > 0]
+    # numpy on the host (collate's tensors share its memory): torch's CPU ops here cost
+    # milliseconds each on a busy host (its thread pool), while the device waits
+    rows = mb.input_ids.numpy()
+    parts = [rows[r, :n] for r, n in enumerate(lengths)]
+    ids = np.concatenate(parts + [np.full(total - real, pad_id, dtype=np.int64)])
     starts = np.cumsum([0, *docs])
     pos = np.arange(total) - np.repeat(starts[:-1], docs)
-    dst = mb.scoring.dst  # collate's scored positions in the [B, L] layout
-    offsets = torch.from_numpy(starts[:-1][: len(seqs)].astype(np.int64))
-    scoring = Scoring(offsets[dst // mb.shape[1]] + dst % mb.shape[1], dst, mb.scoring.targets)
+    dst = mb.scoring.dst.numpy()  # collate's scored positions in the [B, L] layout
+    src = starts[: len(seqs)][dst // mb.shape[1]] + dst % mb.shape[1]
+    scoring = Scoring(torch.from_numpy(src), mb.scoring.dst, mb.scoring.targets)
+    ids = torch.from_numpy(ids)
     cu = torch.from_numpy(starts.astype(np.int32))
     uniform = docs[0] if len(set(docs)) == 1 else 0
     packed = PackedInputs(
