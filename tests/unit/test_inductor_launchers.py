@@ -44,14 +44,13 @@ def installed():
         audit_launch._TRUSTED_RUNNERS.update(trusted)
 
 
-def test_runner_layouts_of_both_launchers_are_understood():
+def test_only_the_static_launchers_runner_layout_is_taken():
     static = ["grid_0", "grid_1", "grid_2", "stream", "in_ptr0", "out_ptr0", "xnumel"]
     assert audit_launch._runner_lead(static) == 4
     triton_own = ["grid_0", "grid_1", "grid_2", "stream", "function", "metadata", "None",
                   "launch_enter_hook", "launch_exit_hook", "in_ptr0", "xnumel"]  # fmt: skip
-    assert audit_launch._runner_lead(triton_own) == 9
-    old = ["grid_0", "grid_1", "grid_2", "num_warps", "*cta_args", "shared", "stream"]
-    assert audit_launch._runner_lead(old) is None  # its starred argument hides the count
+    assert audit_launch._runner_lead(triton_own) == 4  # the layout; its runner is refused
+    assert audit_launch._runner_lead(["grid_0", "grid_1", "grid_2", "num_warps"]) is None
     assert audit_launch._runner_lead(["stream", "grid_0"]) is None
 
 
@@ -95,3 +94,46 @@ def test_forged_runners_are_not_taken_for_a_kernel_launch(installed):
 def test_a_runner_launch_is_named_after_its_kernel():
     entry = audit_launch.raw_entry("triton_poi_fused_mix_0", (1, 2048), {"grid": (2, 1, 1)})
     assert entry[:2] == ("triton_poi_fused_mix_0", "(2, 1, 1)")
+
+
+def test_a_changed_launch_state_is_seen(installed):
+    """What the static launcher's run launches is read from the kernel object, which the
+    candidate can reach: a changed CUfunction, launch shape or C launcher is a different state
+    from the one frozen when the launcher was built."""
+
+    class Impl:
+        @staticmethod
+        def _launch_kernel(*args):
+            return None
+
+    cls = audit_launch._TRUSTED_RUNNERS.get("static_kernel")
+    if cls is None:
+        pytest.skip("this torch has no static CUDA launcher")
+    kernel = cls.__new__(cls)
+    kernel.__dict__.update(function=7, num_warps=4, shared=0, arg_tys="OOi")
+    frozen = audit_launch._launch_state(kernel)
+    assert audit_launch._launch_state(kernel) == frozen
+    for field, value in (("function", 8), ("num_warps", 8), ("arg_tys", "iOi"), ("C_impl", Impl)):
+        changed = cls.__new__(cls)
+        changed.__dict__.update(kernel.__dict__, **{field: value})
+        assert audit_launch._launch_state(changed) != frozen, field
+
+
+def test_metadata_that_becomes_launcher_code_is_refused():
+    """The launcher compiles the grid from inductor_meta and the config's block sizes: only
+    the plain grid types, no code strings, integer blocks, plain dicts."""
+
+    class Meta(dict):
+        pass
+
+    def result(meta, kwargs=None):
+        return types.SimpleNamespace(inductor_meta=meta, compile_meta={},
+                                     config=types.SimpleNamespace(kwargs=kwargs or {"XBLOCK": 64}))  # fmt: skip
+
+    assert audit_launch._plain_meta(result({"grid_type": "Grid1D"})) is None
+    assert audit_launch._plain_meta(result({"grid_type": "FixedGrid", "fixed_grid": ["1"] * 3}))
+    assert audit_launch._plain_meta(result({"grid_type": "PrecomputedGrid"}))
+    assert audit_launch._plain_meta(result({"grid_type": "Grid1D", "extra_launcher_args": ["a"]}))
+    assert audit_launch._plain_meta(result({"grid_type": "CachingAutotuner"}))
+    assert audit_launch._plain_meta(result({"grid_type": "Grid1D"}, {"XBLOCK": "__import__('os')"}))
+    assert audit_launch._plain_meta(result(Meta(grid_type="Grid1D")))

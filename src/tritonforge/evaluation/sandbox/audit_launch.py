@@ -35,6 +35,7 @@ _BENCHES: list[Any] = []  # originals of Autotuner._bench (and CachingAutotuner'
 _LAUNCHER_CODE: list[Any] = []  # originals of the Inductor runtime's CompileResult._gen_launcher_code
 _RUNNERS: dict[int, tuple[int, str]] = {}  # runner key -> (first kernel argument, kernel name)
 _TRUSTED_RUNNERS: dict[str, Any] = {}  # what a genuine runner is, taken before the candidate ran
+_FROZEN: dict[int, tuple] = {}  # runner key -> its kernel's launch state when the launcher was built
 _TB = torch._C.TensorBase
 _INTERPRETER = [False]  # set at install: launches run as Python under the CPU interpreter
 _KERNEL_TYPES = ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")
@@ -226,10 +227,15 @@ def _launch(hook: Hook, args: tuple, frame: Any) -> None:
         with sealed.guard():
             audit_memory.set_ranges([storage_key(t) for t in _tensor_args(a, kw)])
     if STATE.light:
-        if STATE.tuning and STATE.active:  # autotune runs write the real output buffers
+        if STATE.tuning and STATE.active:
+            # A benchmark launch is not snapshotted: it credits only buffers allocated empty
+            # in the call and not written since (anything else, e.g. an output made by glue,
+            # would be credited to a kernel that may write nothing), and leaves them marked
+            # empty, so a snapshotted launch still poisons them first (device buffers).
             with sealed.guard():
-                lineage.kernel_wrote([storage_key(t)[0] for t in _tensor_args(a, kw)], False)
-        elif STATE.active:  # summarised once the call is over (timed calls: outside the timer)
+                ptrs = [storage_key(t)[0] for t in _tensor_args(a, kw)]
+            lineage.kernel_wrote([p for p in ptrs if p in STATE.fresh], False)
+        elif STATE.active:  # signed once the call is over (outside the timer)
             STATE.raw.append((fn, a, kw))
         if STATE.snapshot or _INTERPRETER[0]:  # the interpreter's own copies: not the candidate's
             STATE.in_launch += 1
@@ -290,65 +296,100 @@ def _launched(hook: Hook, args: tuple, frame: Any) -> None:
 
 
 def _runner_lead(runner_args: list[str]) -> int | None:
-    """Index of the first kernel argument in a launcher's runner call, for the two layouts of
-    the Inductor runtime: (grid_0, grid_1, grid_2, stream, *kernel args) for the static CUDA
-    launcher, (..., stream, function, metadata, launch_metadata, launch_enter_hook,
-    launch_exit_hook, *kernel args) for Triton's own; None for any other."""
+    """Index of the first kernel argument in a launcher's runner call: (grid_0, grid_1, grid_2,
+    stream, *kernel args) for the static CUDA launcher; None for any other layout."""
     if list(runner_args[:4]) != ["grid_0", "grid_1", "grid_2", "stream"]:
         return None
-    if "launch_exit_hook" not in runner_args:
-        return 4
-    lead = list(runner_args).index("launch_exit_hook") + 1
-    return None if any(a.startswith("*") for a in runner_args[:lead]) else lead
+    return 4
+
+
+_STATIC_FIELDS = ("function", "num_warps", "shared", "arg_tys", "has_global_scratch",
+                  "has_profile_scratch")  # fmt: skip
+# launcher code from strings of inductor_meta beyond the plain grid expressions
+_CODE_KEYS = ("fixed_grid", "precomputed_grids", "extra_launcher_args")
+_GRID_TYPES = ("Grid1D", "Grid2D", "Grid3D", "Grid2DWithYZOverflow", "BatchMatmulGrid3D",
+               "CooperativeReductionGrid", "SplitScanGrid", "MixOrderReductionGrid")  # fmt: skip
+
+
+def _launch_state(kernel: Any) -> tuple:
+    """What the static launcher's `run` reads from its kernel to launch: the CUfunction, its
+    launch shape and argument types, and the module whose `_launch_kernel` it calls."""
+    impl = kernel.__dict__.get("C_impl", _TRUSTED_RUNNERS.get("static_impl"))
+    fields = tuple(kernel.__dict__.get(f) for f in _STATIC_FIELDS)
+    return (*fields, impl, getattr(impl, "_launch_kernel", None), type(kernel).__dict__.get("C_impl"))
 
 
 def _genuine_runner(result: Any, scope: dict) -> bool:
-    """The runner in `scope` is the launch of the compiled kernel `result` holds: the static
-    CUDA launcher's `run` bound to it, or Triton's own launcher object of it, with no launch
-    hooks (Python that Triton's launcher would call)."""
+    """The runner in `scope` is the static CUDA launcher's `run` bound to the kernel that
+    `result` (a StaticTritonCompileResult) holds, launching through torch's own C launcher.
+    Triton's own launcher (`CudaLauncher`) is not taken: its `launch` is a plain attribute
+    whose genuine values vary by Triton version, so its launches stay unrecorded."""
     t, runner = _TRUSTED_RUNNERS, scope.get("runner")
     kernel = getattr(result, "kernel", None)
-    if type(result) is t.get("static_result"):
-        return (
-            type(runner) is types.MethodType
-            and runner.__self__ is kernel
-            and type(kernel) is t.get("static_kernel")
-            and runner.__func__ is t.get("static_run")
-        )
-    if type(result) is t.get("triton_result"):
-        hooks = scope.get("launch_enter_hook"), scope.get("launch_exit_hook")
-        launcher_cls = t.get("triton_launcher")
-        return (
-            launcher_cls is not None
-            and type(runner) is launcher_cls
-            and runner is getattr(kernel, "run", None)
-            and hooks == (None, None)
-        )
-    return False
+    if type(result) is not t.get("static_result") or type(kernel) is not t.get("static_kernel"):
+        return False
+    state = _launch_state(kernel)
+    return (
+        type(runner) is types.MethodType
+        and runner.__self__ is kernel
+        and runner.__func__ is t.get("static_run")
+        and state[-3:] == (t.get("static_impl"), t.get("static_launch"), t.get("static_impl_property"))
+    )
+
+
+def _plain_meta(result: Any) -> str | None:
+    """Why `result`'s metadata is not what Inductor prints (None when it is): plain dicts (a
+    subclass would see the autotuner's lookups, e.g. the profiler-only ones), a grid type of
+    the plain grid expressions (`GridExpr.from_meta` takes any name of the module), no code
+    strings (a fixed or precomputed grid, extra launcher arguments) and integer block sizes:
+    the launcher compiles these into its code, with the real builtins, past the static
+    rules."""
+    meta, tmeta = getattr(result, "inductor_meta", None), getattr(result, "compile_meta", None)
+    if type(meta) is not dict or (tmeta is not None and type(tmeta) is not dict):
+        return "inductor_meta/triton_meta of a type other than dict"
+    grid = meta.get("grid_type")
+    if type(grid) is not str or grid not in _GRID_TYPES or any(k in meta for k in _CODE_KEYS):
+        return f"an Inductor launcher grid from code strings (grid_type {grid!r:.60})"
+    kwargs = getattr(getattr(result, "config", None), "kwargs", None)
+    if type(kwargs) is not dict or any(type(v) not in (int, bool) for v in kwargs.values()):
+        return "an Inductor config whose block sizes are not integers (they become launcher code)"
+    return None
 
 
 def _launcher(hook: Hook, args: tuple, frame: Any) -> None:
-    """An Inductor launcher is being built: a genuine runner is swapped for a `runner_entry`
-    (any other is left as it is: its launches go unrecorded, so its outputs are not credited
-    to a kernel, the pessimistic side)."""
+    """An Inductor launcher is being built. Metadata that would compile code strings into it
+    is refused (`generated_code`). A genuine static runner is swapped for a `runner_entry`
+    and its launch state frozen; any other runner is left as it was: its launches go
+    unrecorded, so its outputs are not credited to a kernel (the pessimistic side)."""
     key, result, scope, runner_args, box = args
+    why = _plain_meta(result)
+    if why is not None and hook.armed is not None:
+        violation("generated_code", why)
+        raise PermissionError(f"blocked by the evaluation sandbox: {why}")
     box.append(_LAUNCHER_CODE[key])
     lead = _runner_lead(runner_args)
     if lead is None or type(scope) is not dict or not _genuine_runner(result, scope):
         return
-    name = getattr(getattr(result, "kernel", None), "name", None)
+    runner = scope["runner"]
+    name = result.inductor_meta.get("kernel_name")
     rkey = len(_RUNS)
-    _RUNS.append(scope["runner"])
+    _RUNS.append(runner)
     _RUNNERS[rkey] = (lead, name if type(name) is str else "inductor_kernel")
+    _FROZEN[rkey] = _launch_state(runner.__self__)
     scope["runner"] = stubs.runner_entry(rkey)
 
 
 def _runner(hook: Hook, args: tuple, frame: Any) -> None:
     """A launch through an Inductor launcher: recorded as a launch (kernel arguments after the
     runner's own, grid from its first three), then the runner runs outside the launch window
-    (its code is reachable from the candidate's objects: audited like the candidate's)."""
+    (its code is reachable from the candidate's objects: audited like the candidate's), once
+    what it launches is checked to be what it was built with (function, launch shape,
+    argument types, torch's C launcher): else `judge_tamper`."""
     key, rargs, box = args
     lead, name = _RUNNERS[key]
+    if _launch_state(_RUNS[key].__self__) != _FROZEN[key]:
+        violation("judge_tamper", f"the launch of the compiled kernel {name} was changed")
+        raise PermissionError("blocked by the evaluation sandbox: a compiled launch was changed")
     _launch(hook, (key, name, tuple(rargs[lead:]), {"grid": tuple(rargs[:3])}, box), frame)
     if len(box) > 1:
         STATE.in_launch -= 1
@@ -362,28 +403,24 @@ def _ran(hook: Hook, args: tuple, frame: Any) -> None:
 def install_inductor() -> None:
     """Once the worker imported the Inductor runtime for a candidate, before arming: launchers
     built from now on record their launches (`_launcher`), and CachingAutotuner's config
-    benchmarks run in light mode like @triton.autotune's. What a genuine runner is, is taken
-    here, before any candidate code ran."""
+    benchmarks run in light mode like @triton.autotune's (crediting only buffers allocated
+    empty: `_launch`). What a genuine runner is, is taken here, before any candidate ran."""
     from torch._inductor.runtime import triton_heuristics as th
 
     if _LAUNCHER_CODE or "_gen_launcher_code" not in th.CompileResult.__dict__:
         return
     t = _TRUSTED_RUNNERS
-    t["triton_result"] = getattr(th, "TritonCompileResult", None)
     t["static_result"] = getattr(th, "StaticTritonCompileResult", None)
     try:
         from torch._inductor.runtime import static_triton_launcher as stl
 
-        t["static_kernel"] = stl.StaticallyLaunchedCudaKernel
-        t["static_run"] = stl.StaticallyLaunchedCudaKernel.run
-    except (ImportError, AttributeError):
-        pass
-    try:
-        from triton.backends.nvidia.driver import CudaLauncher
-
-        t["triton_launcher"] = CudaLauncher
-    except ImportError:
-        pass
+        cls = stl.StaticallyLaunchedCudaKernel
+        t["static_kernel"], t["static_run"] = cls, cls.run
+        t["static_impl_property"] = cls.__dict__["C_impl"]
+        t["static_impl"] = torch._C._StaticCudaLauncher
+        t["static_launch"] = torch._C._StaticCudaLauncher._launch_kernel
+    except (ImportError, AttributeError, KeyError):
+        t.pop("static_result", None)  # no static launch is taken for genuine without them
     _LAUNCHER_CODE.append(th.CompileResult.__dict__["_gen_launcher_code"])
     stub = stubs.launcher_entry(len(_LAUNCHER_CODE) - 1)
     th.CompileResult._gen_launcher_code = stub
