@@ -206,10 +206,12 @@ class _Grid:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         depth, STATE.in_launch = STATE.in_launch, 0
+        STATE.in_grid += 1
         try:
             out = self.fn(*args, **kwargs)
         finally:
             STATE.in_launch = depth
+            STATE.in_grid -= 1
         self.last = out
         return out
 
@@ -247,6 +249,7 @@ def _launch(hook: Hook, args: tuple, frame: Any) -> None:
         raise PermissionError("blocked by the evaluation sandbox: Python objects as kernel args")
     entry = raw_entry(fn, a, kw)
     tensors = _tensor_args(a, kw)
+    STATE.grid_written = set()
     with sealed.guard():
         rec = Launch(name=entry[0], args=[storage_key(t) for t in tensors])
     if STATE.active:  # signed after the call: a callable grid is evaluated in the launch
@@ -286,6 +289,8 @@ def _launched(hook: Hook, args: tuple, frame: Any) -> None:
             rec.changed = _changed(tensors, snaps)
     if STATE.active:
         written = rec.changed if rec.changed is not None else [p for p, _ in rec.args]
+        # what the candidate's grid wrote between the snapshots is not the kernel's
+        written = [p for p in written if p not in STATE.grid_written]
         lineage.kernel_wrote(written, rec.changed is not None)
     rec.ok = True
 

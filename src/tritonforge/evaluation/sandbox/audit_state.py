@@ -55,6 +55,8 @@ class AuditState:
     launch_count: int = 0
     snapshots: int = 0
     in_launch: int = 0
+    in_grid: int = 0  # a candidate's callable grid is running (between a launch's snapshots)
+    grid_written: set[int] = field(default_factory=set)  # storages its ops wrote there
     hook_busy: bool = False
     launches: list[Launch] = field(default_factory=list)
     # per call, one (kernel, grid, scalar args, data ptrs) per launch: the call's signature (light

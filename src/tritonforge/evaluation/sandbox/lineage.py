@@ -72,6 +72,8 @@ def _record(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
     read.discard(0)
     if not written:
         return  # a view or a metadata query: no storage got new content
+    if STATE.in_grid:  # inside a launch's snapshots: not the kernel's writes
+        STATE.grid_written |= written
     name = schema.name
     base = name.split("::", 1)[-1]
     if base in UNINITIALISED:
