@@ -97,7 +97,7 @@ def analyse(trace: dict, wall_s: float) -> dict[str, Any]:
     for gap, k in gaps:
         launch = launches.get(k.get("args", {}).get("correlation"))
         stack = _stack_at(host, launch["tid"], launch["ts"]) if launch else ["?"]
-        by_stack[" < ".join([k["name"][:60]] + stack)].append(gap)
+        by_stack[" < ".join([k["name"][:60], *stack])].append(gap)
     groups = sorted(by_stack.items(), key=lambda kv: -sum(kv[1]))
     return {
         **out,
@@ -119,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", default="0.6b")
     p.add_argument("--head", default="triton_keep", help="lm head (batch.lm_head)")
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--compile", default=None, choices=["on", "off"], help="(default: on; --tiny off)")
+    p.add_argument(
+        "--compile", default=None, choices=["on", "off"], help="(default: on; --tiny off)"
+    )
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     shape = "tiny" if a.tiny else a.shape

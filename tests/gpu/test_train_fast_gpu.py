@@ -53,7 +53,7 @@ def test_compiled_layers_get_attention_gradients_without_copies():
     `coerce_to_expected_memory_format` makes of 4-d tangents in a compiled step. (`sdpa_cudnn`
     repeats keys and values to every head: their gradients come back in another layout.)"""
     uniform = "sdpa"
-    import torch._functorch.aot_autograd  # noqa: F401  (runtime_wrappers alone: a circular import)
+    import torch._functorch.aot_autograd  # runtime_wrappers alone: a circular import
     from torch._functorch._aot_autograd import runtime_wrappers as rw
 
     from helpers.train import VOCAB, tiny_lm

@@ -101,7 +101,7 @@ def pack_micro_batch(
     # milliseconds each on a busy host (its thread pool), while the device waits
     rows = mb.input_ids.numpy()
     parts = [rows[r, :n] for r, n in enumerate(lengths)]
-    ids = np.concatenate(parts + [np.full(total - real, pad_id, dtype=np.int64)])
+    ids = np.concatenate([*parts, np.full(total - real, pad_id, dtype=np.int64)])
     starts = np.cumsum([0, *docs])
     pos = np.arange(total) - np.repeat(starts[:-1], docs)
     dst = mb.scoring.dst.numpy()  # collate's scored positions in the [B, L] layout

@@ -59,8 +59,16 @@ _HOOK: Hook | None = None  # dropped once armed: nothing reachable refers to the
 _SYS_AUDIT = sys.audit
 _STUB_FACTORIES = {
     k: stubs.__dict__[k]
-    for k in ("tripwire", "launch_entry", "launcher_entry", "runner_entry", "bench_entry",
-              "os_open", "guarded_import", "Lineage")  # fmt: skip
+    for k in (
+        "tripwire",
+        "launch_entry",
+        "launcher_entry",
+        "runner_entry",
+        "bench_entry",
+        "os_open",
+        "guarded_import",
+        "Lineage",
+    )
 }
 _len_tf_stack = torch._C._len_torch_function_stack
 _pop_tf_stack = torch._C._pop_torch_function_stack

@@ -32,10 +32,14 @@ SNAPSHOT_LAUNCHES = 64  # per trial: launches whose argument buffers are diffed 
 POISON = 0xFF  # byte written over a first call's outputs before a repeated call
 _RUNS: list[Any] = []  # originals of the launch entry points, by stub key
 _BENCHES: list[Any] = []  # originals of Autotuner._bench (and CachingAutotuner's benchmarks)
-_LAUNCHER_CODE: list[Any] = []  # originals of the Inductor runtime's CompileResult._gen_launcher_code
+_LAUNCHER_CODE: list[
+    Any
+] = []  # originals of the Inductor runtime's CompileResult._gen_launcher_code
 _RUNNERS: dict[int, tuple[int, str]] = {}  # runner key -> (first kernel argument, kernel name)
 _TRUSTED_RUNNERS: dict[str, Any] = {}  # what a genuine runner is, taken before the candidate ran
-_FROZEN: dict[int, tuple] = {}  # runner key -> its kernel's launch state when the launcher was built
+_FROZEN: dict[
+    int, tuple
+] = {}  # runner key -> its kernel's launch state when the launcher was built
 _TB = torch._C.TensorBase
 _INTERPRETER = [False]  # set at install: launches run as Python under the CPU interpreter
 _KERNEL_TYPES = ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")
@@ -321,7 +325,12 @@ def _launch_state(kernel: Any) -> tuple:
     launch shape and argument types, and the module whose `_launch_kernel` it calls."""
     impl = kernel.__dict__.get("C_impl", _TRUSTED_RUNNERS.get("static_impl"))
     fields = tuple(kernel.__dict__.get(f) for f in _STATIC_FIELDS)
-    return (*fields, impl, getattr(impl, "_launch_kernel", None), type(kernel).__dict__.get("C_impl"))
+    return (
+        *fields,
+        impl,
+        getattr(impl, "_launch_kernel", None),
+        type(kernel).__dict__.get("C_impl"),
+    )
 
 
 def _genuine_runner(result: Any, scope: dict) -> bool:
@@ -338,7 +347,8 @@ def _genuine_runner(result: Any, scope: dict) -> bool:
         type(runner) is types.MethodType
         and runner.__self__ is kernel
         and runner.__func__ is t.get("static_run")
-        and state[-3:] == (t.get("static_impl"), t.get("static_launch"), t.get("static_impl_property"))
+        and state[-3:]
+        == (t.get("static_impl"), t.get("static_launch"), t.get("static_impl_property"))
     )
 
 
