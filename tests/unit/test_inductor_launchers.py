@@ -112,11 +112,22 @@ def test_a_changed_launch_state_is_seen(installed):
     kernel = cls.__new__(cls)
     kernel.__dict__.update(function=7, num_warps=4, shared=0, arg_tys="OOi")
     frozen = audit_launch._launch_state(kernel)
-    assert audit_launch._launch_state(kernel) == frozen
-    for field, value in (("function", 8), ("num_warps", 8), ("arg_tys", "iOi"), ("C_impl", Impl)):
+    again = audit_launch._launch_state(kernel)
+    assert all(audit_launch._same(a, b) for a, b in zip(again, frozen, strict=True))
+
+    class Liar(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    same = audit_launch._same
+    for field, value in (("function", 8), ("num_warps", 8), ("arg_tys", "iOi"), ("C_impl", Impl),
+                         ("arg_tys", Liar("iOi"))):  # fmt: skip
         changed = cls.__new__(cls)
         changed.__dict__.update(kernel.__dict__, **{field: value})
-        assert audit_launch._launch_state(changed) != frozen, field
+        state = audit_launch._launch_state(changed)
+        assert not all(same(a, b) for a, b in zip(state, frozen, strict=True)), field
 
 
 def test_metadata_that_becomes_launcher_code_is_refused():

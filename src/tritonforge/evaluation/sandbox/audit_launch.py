@@ -32,14 +32,12 @@ SNAPSHOT_LAUNCHES = 64  # per trial: launches whose argument buffers are diffed 
 POISON = 0xFF  # byte written over a first call's outputs before a repeated call
 _RUNS: list[Any] = []  # originals of the launch entry points, by stub key
 _BENCHES: list[Any] = []  # originals of Autotuner._bench (and CachingAutotuner's benchmarks)
-_LAUNCHER_CODE: list[
-    Any
-] = []  # originals of the Inductor runtime's CompileResult._gen_launcher_code
+# originals of the Inductor runtime's CompileResult._gen_launcher_code
+_LAUNCHER_CODE: list[Any] = []
 _RUNNERS: dict[int, tuple[int, str]] = {}  # runner key -> (first kernel argument, kernel name)
 _TRUSTED_RUNNERS: dict[str, Any] = {}  # what a genuine runner is, taken before the candidate ran
-_FROZEN: dict[
-    int, tuple
-] = {}  # runner key -> its kernel's launch state when the launcher was built
+# runner key -> its kernel's launch state when the launcher was built
+_FROZEN: dict[int, tuple] = {}
 _TB = torch._C.TensorBase
 _INTERPRETER = [False]  # set at install: launches run as Python under the CPU interpreter
 _KERNEL_TYPES = ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")
@@ -333,6 +331,16 @@ def _launch_state(kernel: Any) -> tuple:
     )
 
 
+_EXACT = (int, str, bool, types.BuiltinFunctionType, types.MethodDescriptorType)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """`a` is `b`, or both are equal values of exact built-in types (no subclass: its
+    comparison would be the candidate's code; a C function looked up again may be a new but
+    equal object)."""
+    return a is b or (type(a) is type(b) and type(a) in _EXACT and a == b)
+
+
 def _genuine_runner(result: Any, scope: dict) -> bool:
     """The runner in `scope` is the static CUDA launcher's `run` bound to the kernel that
     `result` (a StaticTritonCompileResult) holds, launching through torch's own C launcher.
@@ -402,7 +410,8 @@ def _runner(hook: Hook, args: tuple, frame: Any) -> None:
     argument types, torch's C launcher): else `judge_tamper`."""
     key, rargs, box = args
     lead, name = _RUNNERS[key]
-    if _launch_state(_RUNS[key].__self__) != _FROZEN[key]:
+    now, frozen = _launch_state(_RUNS[key].__self__), _FROZEN[key]
+    if not all(_same(a, b) for a, b in zip(now, frozen, strict=True)):
         violation("judge_tamper", f"the launch of the compiled kernel {name} was changed")
         raise PermissionError("blocked by the evaluation sandbox: a compiled launch was changed")
     _launch(hook, (key, name, tuple(rargs[lead:]), {"grid": tuple(rargs[:3])}, box), frame)
