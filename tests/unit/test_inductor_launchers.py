@@ -83,12 +83,11 @@ def test_forged_runners_are_not_taken_for_a_kernel_launch(installed):
         fake.kernel = types.SimpleNamespace(run=evil)
         assert not audit_launch._genuine_runner(fake, {"runner": evil})
         assert not audit_launch._genuine_runner(fake, {"runner": fake.kernel.run})
-    triton_result = audit_launch._TRUSTED_RUNNERS.get("triton_result")
-    if triton_result is not None:
-        fake = triton_result.__new__(triton_result)
-        fake.kernel = types.SimpleNamespace(run=evil)
-        scope = {"runner": evil, "launch_enter_hook": None, "launch_exit_hook": None}
-        assert not audit_launch._genuine_runner(fake, scope)
+    # Triton's own launcher is never taken (its `launch` is a plain attribute)
+    fake = th.TritonCompileResult.__new__(th.TritonCompileResult)
+    fake.kernel = types.SimpleNamespace(run=evil)
+    scope = {"runner": evil, "launch_enter_hook": None, "launch_exit_hook": None}
+    assert not audit_launch._genuine_runner(fake, scope)
 
 
 def test_a_runner_launch_is_named_after_its_kernel():

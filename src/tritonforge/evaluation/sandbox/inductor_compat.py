@@ -54,18 +54,20 @@ def classic_grid(*numels: int) -> Callable[[dict[str, Any]], tuple[int, int, int
 
 
 def prepare(modules: Iterable[str]) -> list[str]:
-    """Import the requested runtime modules (unknown names are ignored); install `grid` where
-    missing. Returns notes for the verdict (what was restored)."""
+    """Import the requested runtime modules (unknown names are ignored); with the heuristics
+    module, the audit's record of Inductor's launchers (audit_launch.install_inductor) and
+    `grid` where missing. Returns notes for the verdict (what was restored)."""
     notes: list[str] = []
     for name in modules:
         if name not in PREIMPORTABLE:
             continue
         mod = importlib.import_module(name)
-        if name == HEURISTICS:
-            from tritonforge.evaluation.sandbox import audit_launch
+        if name != HEURISTICS:
+            continue
+        from tritonforge.evaluation.sandbox import audit_launch
 
-            audit_launch.install_inductor()
-        if name == HEURISTICS and not hasattr(mod, "grid"):
+        audit_launch.install_inductor()
+        if not hasattr(mod, "grid"):
             mod.grid = classic_grid  # type: ignore[attr-defined]
             notes.append(
                 "this PyTorch has no triton_heuristics.grid (removed after 2.5): the classic "
