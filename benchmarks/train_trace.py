@@ -3,7 +3,8 @@
 Profiles one step after warm-up (torch.profiler with shapes and Python stacks) and writes a
 JSON with: the step's wall time, the device's busy time (union of kernel intervals), its idle
 gaps of 20 us or more with the host operators that launched the kernel after each gap (where
-the device waited for the host) grouped by that stack, and the eager copies (`aten::copy_`)
+the device waited for the host) grouped by that stack, the kernels' time by group (attention, matmul, lm head, inductor's
+fused kernels, optimizer, copies, other) and by name, and the eager copies (`aten::copy_`)
 grouped by their shapes and the stacks that issued them. The Chrome trace (gzipped, without
 stacks) lands beside it when it is small enough to keep.
 
@@ -28,6 +29,14 @@ import torch
 import train_parts as tp
 
 GAP_US = 20.0
+GROUPS = (  # (group, substrings of a kernel's name), first match wins
+    ("attention", ("sdpa", "fmha", "flash", "attention", "dot_do_o", "cudnn")),
+    ("matmul", ("nvjet", "gemm", "cutlass", "xmma", "wgmma")),
+    ("lm_head", ("_forward_kernel", "_grad_kernel", "_keep_")),
+    ("inductor", ("triton_",)),
+    ("optimizer", ("adam", "foreach", "multi_tensor")),
+    ("copy", ("memcpy", "memset", "copy", "cat")),
+)
 
 
 def _events(trace: dict) -> tuple[list[dict], dict[int, dict], list[dict]]:
@@ -74,6 +83,28 @@ def _copies(host: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: -r["n"])[:40]
 
 
+def group_of(name: str) -> str:
+    low = name.lower()
+    return next((g for g, keys in GROUPS if any(k in low for k in keys)), "other")
+
+
+def kernel_table(kernels: list[dict], top: int = 60) -> dict[str, Any]:
+    """Device time by group (GROUPS) and by kernel name (the `top` largest)."""
+    by_name: dict[str, list[float]] = collections.defaultdict(list)
+    for k in kernels:
+        by_name[k["name"]].append(k.get("dur", 0.0))
+    by_group: dict[str, float] = collections.defaultdict(float)
+    for name, durs in by_name.items():
+        by_group[group_of(name)] += sum(durs)
+    rows = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return {
+        "kernel_ms_by_group": {g: round(ms / 1e3, 2) for g, ms in
+                               sorted(by_group.items(), key=lambda kv: -kv[1])},
+        "top_kernels": [{"ms": round(sum(v) / 1e3, 3), "n": len(v), "group": group_of(k),
+                         "name": k[:160]} for k, v in rows],
+    }  # fmt: skip
+
+
 def analyse(trace: dict, wall_s: float) -> dict[str, Any]:
     kernels, launches, host = _events(trace)
     out: dict[str, Any] = {"wall_s": round(wall_s, 4), "kernels": len(kernels),
@@ -104,6 +135,7 @@ def analyse(trace: dict, wall_s: float) -> dict[str, Any]:
         "device_span_ms": round(span / 1e3, 2),
         "device_busy_ms": round(busy / 1e3, 2),
         "device_idle_in_span_ms": round((span - busy) / 1e3, 2),
+        **kernel_table(kernels),
         "before_first_kernel_and_after_last_ms": round(wall_s * 1e3 - span / 1e3, 2),
         "gaps_over_20us": len(gaps),
         "gap_ms_total": round(sum(g for g, _ in gaps) / 1e3, 2),

@@ -105,3 +105,37 @@ def test_other_shapes_keep_logits_only_where_that_was_faster(results, head) -> N
     import train_step as ts
 
     assert ts.ladder_head(results) == head
+
+
+def test_trace_analysis_groups_kernel_time_and_finds_gaps() -> None:
+    """benchmarks/train_trace.py's analysis on a hand-made Chrome trace: busy time is the
+    union of kernel intervals, a gap of >= 20 us is attributed to the host op around its
+    launch, and kernel time is summed by group and by name."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import train_trace as tt
+
+    def kernel(name: str, ts: float, dur: float, corr: int) -> dict:
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur,
+                "args": {"correlation": corr}}  # fmt: skip
+
+    events = [
+        kernel("nvjet_sm90_tst_256x128", 0.0, 100.0, 1),
+        kernel("triton_poi_fused_mul_silu_0", 50.0, 100.0, 2),  # overlaps: busy 0..150
+        kernel("cudnn_generated_fort_native_sdpa_sm90_flash_bprop", 200.0, 300.0, 3),  # gap 50
+        kernel("void at::native::vectorized_elementwise_kernel<4, add>", 510.0, 40.0, 4),  # gap 10
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 190.0, "dur": 2.0,
+         "tid": 7, "args": {"correlation": 3}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::_cudnn_attention_backward", "ts": 180.0,
+         "dur": 20.0, "tid": 7},
+    ]  # fmt: skip
+    report = tt.analyse({"traceEvents": events}, wall_s=0.001)
+    assert report["kernels"] == 4
+    assert report["device_span_ms"] == 0.55 and report["device_busy_ms"] == 0.49
+    assert report["gaps_over_20us"] == 1 and report["gap_ms_total"] == 0.05
+    assert "aten::_cudnn_attention_backward" in report["gaps_by_launch_stack"][0]["where"]
+    assert report["kernel_ms_by_group"] == {
+        "attention": 0.3, "matmul": 0.1, "inductor": 0.1, "other": 0.04
+    }  # fmt: skip
+    top = report["top_kernels"]
+    assert [r["group"] for r in top] == ["attention", "matmul", "inductor", "other"]
+    assert top[0]["n"] == 1 and top[0]["ms"] == 0.3
