@@ -11,10 +11,14 @@ the JSON rewritten after every result (so a killed run still leaves what it meas
      path: fp32 masters and pure bf16), the fast path with ragged attention, and the agreement
      of the fast path with the padded, uncompiled path (loss, log-probs, every gradient); other
      shapes run the fast path, retrying with more checkpointed layers after an OOM
+  4. with --pairs N, right after the first shape's main variants: N more rounds of the naive
+     step and then the best trainer variant, each a fresh model, and the ratio of each round
+     (how much the same-run ratio moves from round to round on this machine)
 FLOP accounting: benchmarks/train_parts.py (mfu = 6 N tokens / step / 989e12; with attention
 adds 6 L s (heads * head_dim) tokens for causal attention within samples).
 
     python3 benchmarks/train_step.py --shapes 0.6b,1.7b,4b --out OUT.json     # H200
+    python3 benchmarks/train_step.py --shapes 0.6b --variants fast_keep_logits --pairs 5
     python3 benchmarks/train_step.py --tiny                                    # CPU smoke test
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -139,7 +144,13 @@ def first_shape_variants(args, attn: dict) -> tuple[list, list]:
         ("fast_pure_bf16", {**best, "master": False, "where": "params"}),
         ("trainer_before", {"packing": False, "ckpt": 10**6, "micro_tokens": args.seq, "chunk": 1024}),
     ]  # fmt: skip
+    if args.variants is not None:
+        essential, extra = ([x for x in vs if x[0] in args.variants] for vs in (essential, extra))
     return essential, extra
+
+
+VARIANTS = ("fast", "fast_keep_logits", "fast_compiled_head", "fast_half_micro", "fast_round1",
+            "packed_eager", "fast_pure_bf16", "trainer_before")  # fmt: skip
 
 
 def other_shape_ladder(
@@ -171,10 +182,11 @@ def ladder_head(results: dict) -> str:
     return "triton" if any(results.get(k, {}).get("status") in ran for k in triton) else "compiled"
 
 
-def _context(args, shape: str, report: dict) -> tuple[Any, dict, dict]:
-    """The shape's config and result slot. Dynamo starts afresh per shape: otherwise the new
-    hidden sizes would turn the layer graph dynamic (a realistic run compiles one shape)."""
-    tp.reset_dynamo()
+def _context(args, shape: str, report: dict, fresh: bool = True) -> tuple[Any, dict, dict]:
+    """The shape's config and result slot. Dynamo starts afresh per shape (`fresh`): otherwise
+    the new hidden sizes would turn the layer graph dynamic (a realistic run compiles one shape)."""
+    if fresh:
+        tp.reset_dynamo()
     config = tp.qwen3_config(shape)
     params = tp.count_params(config)
     tokens = args.samples * args.seq
@@ -235,6 +247,41 @@ def _check_agreement(args, config, device, report, res, name, v, out) -> None:
     if args.deadline - time.monotonic() > 30:
         res[key] = {**tp.guarded(agreement, args, config, device, v), "variant": name}
         write(args, report)
+
+
+def run_pairs(args, shape, device, report, variants) -> None:
+    """`args.pairs` rounds of the naive step, then the best trainer variant of the main run
+    (its verdict), each on a fresh model; the ratio of each round and their spread."""
+    res = report["shapes"][shape]
+    best = res.get("verdict", {}).get("best")
+    settings = dict(variants).get(best)
+    if settings is None:
+        res["pairs"] = {"status": "no_trainer_result"}
+        return
+    config, ctx, _ = _context(args, shape, report, fresh=False)
+    rounds: list[dict] = []
+    res["pairs"] = {"variant": best, "rounds": rounds}
+    for _ in range(args.pairs):
+        if args.deadline - time.monotonic() < 45:
+            res["pairs"]["stopped"] = "time"
+            break
+        naive = tp.guarded(run_naive, args, config, device, _deadline(args, args.deadline), ctx)
+        v = {**settings, "name": best, "profile": False}
+        fast = tp.guarded(
+            run_trainer, args, shape, config, device, v, _deadline(args, args.deadline), ctx
+        )
+        if naive.get("status") != "ok" or fast.get("status") != "ok":
+            rounds.append({"naive": naive.get("status"), "trainer": fast.get("status")})
+            continue
+        ratio = fast["step_s"] / naive["step_s"]
+        rounds.append({"naive_s": naive["step_s"], "trainer_s": fast["step_s"],
+                       "ratio": round(ratio, 3)})  # fmt: skip
+        write(args, report)
+    ratios = [r["ratio"] for r in rounds if "ratio" in r]
+    if ratios:
+        res["pairs"].update(n=len(ratios), ratio_median=round(statistics.median(ratios), 3),
+                            ratio_min=min(ratios), ratio_max=max(ratios),
+                            met=sum(r <= TARGET_RATIO for r in ratios))  # fmt: skip
 
 
 def _retry_attention(args, report: dict, v: dict) -> dict | None:
@@ -325,11 +372,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--compile", default=None, choices=["on", "off"], help="fast path (default on; --tiny off)"
     )
     p.add_argument("--profile", action="store_true", help="torch.profiler table of the fast path")
+    p.add_argument("--variants", default=None, help="first shape: only these (comma-separated)")
+    p.add_argument("--pairs", type=int, default=0, help="rounds of naive + best after the main run")
     p.add_argument("--out", type=Path, default=None, help="write the JSON here (after each result)")
     args = p.parse_args(argv)
     if args.tiny:
         args.shapes = "tiny,tiny2"
     args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    if args.variants is not None:
+        args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        unknown = sorted(set(args.variants) - set(VARIANTS))
+        if unknown or not args.variants:
+            p.error(f"--variants: unknown {unknown or 'empty list'}; known: {', '.join(VARIANTS)}")
+    if args.pairs < 0:
+        p.error("--pairs must be >= 0")
     args.samples = args.samples or (3 if args.tiny else 8)
     args.seq = args.seq or (64 if args.tiny else 8192)
     args.prompt = args.prompt if args.prompt is not None else args.seq // 16
@@ -362,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     attn = report["attention"].get("chosen", {"uniform": "auto", "ragged": "auto"})
     write(args, report)
     first = args.shapes[0]
-    plan = [(first, "essential")] + [(s, "ladder") for s in args.shapes[1:]] + [(first, "extra")]
+    plan = [(first, "essential")] + [(first, "pairs")] * bool(args.pairs)
+    plan += [(s, "ladder") for s in args.shapes[1:]] + [(first, "extra")]
     for shape, kind in plan:
         attn = report["attention"].get("chosen", attn)  # a failed fast path resets it
         if kind == "ladder":  # compile only where the first shape's fast path compiled
@@ -372,7 +429,14 @@ def main(argv: list[str] | None = None) -> int:
             job = (run_ladder, (attn, bool(statuses & {"ok", "oom"}), ladder_head(results)))
         else:
             essential, extra = first_shape_variants(args, attn)
-            job = (run_variants, (essential if kind == "essential" else extra, kind == "essential"))
+            job = (
+                (run_pairs, ([*essential, *extra],))
+                if kind == "pairs"
+                else (
+                    run_variants,
+                    (essential if kind == "essential" else extra, kind == "essential"),
+                )
+            )
         failed = tp.guarded(job[0], args, shape, device, report, *job[1])
         if failed:
             report["shapes"].setdefault(shape, {}).setdefault("errors", []).append(failed)
@@ -395,7 +459,7 @@ def summary(report: dict) -> str:
                     "mfu_vs_matmul", "peak_mem_gib", "first_step_s")  # fmt: skip
             vals = " ".join(f"{k}={r.get(k)}" for k in keys if k in r)
             lines.append(f"{shape} {name:22s} {vals} {r.get('error', '')[:200]}")
-        for key in [k for k in res if k.startswith("agreement")] + ["verdict", "errors"]:
+        for key in [k for k in res if k.startswith("agreement")] + ["verdict", "pairs", "errors"]:
             if key in res:
                 lines.append(f"{shape} {key}: {json.dumps(res[key], default=str)[:600]}")
     return "\n".join(lines)

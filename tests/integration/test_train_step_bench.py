@@ -50,6 +50,39 @@ def test_tiny_benchmark_runs_every_phase(tmp_path: Path) -> None:
     assert report["shapes"]["tiny2"]["results"]["fast_try0"]["status"] == "ok"
 
 
+def test_pairs_repeat_naive_and_best_with_only_the_chosen_variants(tmp_path: Path) -> None:
+    """--variants narrows the first shape's variants; --pairs runs rounds of naive + best after
+    them and reports each round's ratio and their spread; a wrong variant name is refused."""
+    out = tmp_path / "pairs.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    script = str(REPO / "benchmarks" / "train_step.py")
+    cmd = [
+        sys.executable,
+        script,
+        "--tiny",
+        "--variants",
+        "fast",
+        "--pairs",
+        "2",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    tiny = json.loads(out.read_text())["shapes"]["tiny"]
+    assert set(tiny["results"]) == {"naive_micro1", "fast"}
+    pairs = tiny["pairs"]
+    assert pairs["variant"] == tiny["verdict"]["best"] == "fast" and pairs["n"] == 2
+    for r in pairs["rounds"]:
+        assert r["naive_s"] > 0 and r["trainer_s"] > 0
+        assert abs(r["ratio"] - r["trainer_s"] / r["naive_s"]) < 2e-3
+    assert pairs["ratio_min"] <= pairs["ratio_median"] <= pairs["ratio_max"]
+    assert pairs["met"] == sum(r["ratio"] <= 0.4 for r in pairs["rounds"])
+    bad = subprocess.run([sys.executable, script, "--tiny", "--variants", "fastest"], env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "unknown ['fastest']" in bad.stderr
+
+
 def test_failed_fast_path_is_retried_with_default_attention(monkeypatch) -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     import train_step as ts
