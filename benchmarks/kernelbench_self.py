@@ -139,6 +139,9 @@ def main() -> int:
         args.limit = args.limit or 2
     levels = [int(x) for x in args.levels.split(",")]
     variants = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown or not variants:
+        ap.error(f"--variants: unknown {unknown or 'empty list'}; known: {', '.join(VARIANTS)}")
     problems = bc.kernelbench(levels, args.limit, args.size)
     only = [x for x in args.only.split(",") if x]
     if only:

@@ -172,3 +172,29 @@ def test_trace_analysis_groups_kernel_time_and_finds_gaps() -> None:
     top = report["top_kernels"]
     assert [r["group"] for r in top] == ["attention", "matmul", "inductor", "other"]
     assert top[0]["n"] == 1 and top[0]["ms"] == 0.3
+
+
+def test_floor_benchmark_times_attention_and_projections_on_cpu(tmp_path: Path) -> None:
+    """benchmarks/train_floor.py --tiny: every attention case this device offers and the
+    separate/fused projections are timed (or their refusal recorded); bad sizes are refused."""
+    out = tmp_path / "floor.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    script = str(REPO / "benchmarks" / "train_floor.py")
+    proc = subprocess.run([sys.executable, script, "--tiny", "--reps", "2", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["device"] == "cpu" and report["shape"] == "tiny"
+    attn = report["attention"]
+    assert {"sdpa_auto_hf", "sdpa_auto_bhnd", "sdpa_auto_repeated_kv_hf", "sdpa_math_hf"} <= set(
+        attn
+    )
+    assert all(r["status"] == "ok" and r["fwd_ms"] > 0 and r["bwd_ms"] > 0 for r in attn.values())
+    proj = report["projections"]
+    for name in ("qkv", "gate_up"):
+        assert proj[f"{name}_separate"]["ms"] > 0 and proj[f"{name}_fused"]["ms"] > 0
+        saved = proj[f"{name}_separate"]["ms"] - proj[f"{name}_fused"]["ms"]
+        assert abs(proj[f"{name}_fused_saves_ms_per_layer"] - saved) < 2e-3
+    bad = subprocess.run([sys.executable, script, "--tiny", "--seq", "1", "--out", str(out)],
+                         env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "--seq >= 2" in bad.stderr
