@@ -142,7 +142,8 @@ def first_shape_variants(args, attn: dict) -> tuple[list, list]:
         ("fast_round1", round1),  # fp32 masters as parameters (autocast), as measured before
         ("packed_eager", {**round1, "compile": "off"}),
         ("fast_pure_bf16", {**best, "master": False, "where": "params"}),
-        ("trainer_before", {"packing": False, "ckpt": 10**6, "micro_tokens": args.seq, "chunk": 1024}),
+        ("trainer_before", {"packing": False, "ckpt": 10**6, "micro_tokens": args.seq, "chunk": 1024,
+                            "head": "eager"}),
     ]  # fmt: skip
     if args.variants is not None:
         essential, extra = ([x for x in vs if x[0] in args.variants] for vs in (essential, extra))

@@ -250,6 +250,7 @@ def test_master_adamw_fused_on_cuda_equals_foreach():
 def test_rl_steps_with_default_gpu_settings_are_finite_and_fused():
     from helpers.train import tiny_lm, trajectories
     from tritonforge.config.train import TrainerConfig
+    from tritonforge.training.logprobs import TRITON_KEEP
     from tritonforge.training.rl import RLTrainer
 
     cfg = TrainerConfig.model_validate({
@@ -260,6 +261,7 @@ def test_rl_steps_with_default_gpu_settings_are_finite_and_fused():
     trainer = RLTrainer(cfg, model=tiny_lm())
     assert trainer.core.compiled and trainer.core.policy.packing
     assert trainer.core.optimizer.defaults["fused"] is True
+    assert trainer.core.policy.head_ops is TRITON_KEEP  # lm_head "auto" on CUDA
     for step in range(3):
         m = trainer.train_step(trajectories(6, seed=step))
         assert math.isfinite(m.loss) and math.isfinite(m.grad_norm) and m.grad_norm > 0

@@ -176,5 +176,22 @@ def test_triton_keep_is_chosen_on_cuda_only():
     assert head_ops("triton", False, torch.device("cuda")) is logprobs.TRITON
 
 
+def test_auto_head_is_triton_keep_on_cuda_and_the_old_choice_elsewhere(monkeypatch):
+    """auto: the kept-logits Triton head on CUDA (the fastest in the trainer benchmark), else
+    compiled with compiled layers, else eager; without Triton, CUDA falls back the same way."""
+    from tritonforge.training import logprobs
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert head_ops("auto", False, cuda) is logprobs.TRITON_KEEP
+    assert head_ops("auto", True, cuda) is logprobs.TRITON_KEEP
+    assert head_ops("auto", True, cpu) is logprobs.compiled_ops()
+    assert head_ops("auto", False, cpu) is EAGER
+    real = logprobs.importlib.util.find_spec
+    monkeypatch.setattr(logprobs.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "triton" else real(name, *a))  # fmt: skip
+    assert head_ops("auto", True, cuda) is logprobs.compiled_ops()
+    assert head_ops("auto", False, cuda) is EAGER
+
+
 if __name__ == "__main__":
     print(json.dumps(_compare()))

@@ -21,6 +21,7 @@ and entropy are 0, they get no gradient and cost no compute.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -160,10 +161,14 @@ def head_ops(name: str, compiled: bool, device: torch.device) -> ChunkOps:
     """The lm head's chunk functions by name: eager, compiled (inductor), triton (training.
     head_kernels), triton_keep (triton, the logits kept from forward to backward where the
     device has room: training.head_keep); the Triton ones on CUDA only, elsewhere the automatic
-    choice; auto = compiled when the layers are compiled, else eager."""
+    choice. auto = triton_keep on CUDA where Triton imports (the fastest head of the trainer
+    benchmark on the H200: 0.888 s against 0.943 s compiled for the 0.6B step,
+    docs/benchmarks.md), elsewhere compiled when the layers are compiled, else eager."""
     triton_ops = {"triton": TRITON, "triton_keep": TRITON_KEEP}
     if name in triton_ops and device.type == "cuda":
         return triton_ops[name]
+    if name == "auto" and device.type == "cuda" and importlib.util.find_spec("triton"):
+        return TRITON_KEEP
     if name == "compiled" or (name in ("auto", *triton_ops) and compiled):
         return compiled_ops()
     return EAGER
