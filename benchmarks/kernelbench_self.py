@@ -138,7 +138,7 @@ def main() -> int:
         args.device, args.size, args.workers = "cpu", "scaled", 2
         args.limit = args.limit or 2
     levels = [int(x) for x in args.levels.split(",")]
-    variants = [v for v in args.variants.split(",") if v]
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown or not variants:
         ap.error(f"--variants: unknown {unknown or 'empty list'}; known: {', '.join(VARIANTS)}")

@@ -11,9 +11,10 @@ the JSON rewritten after every result (so a killed run still leaves what it meas
      path: fp32 masters and pure bf16), the fast path with ragged attention, and the agreement
      of the fast path with the padded, uncompiled path (loss, log-probs, every gradient); other
      shapes run the fast path, retrying with more checkpointed layers after an OOM
-  4. with --pairs N, right after the first shape's main variants: N more rounds of the naive
-     step and then the best trainer variant, each a fresh model, and the ratio of each round
-     (how much the same-run ratio moves from round to round on this machine)
+  4. with --pairs N, after the other shapes and within the first shape's budget: N more rounds
+     of the naive step and then the best of the first shape's main variants, each a fresh
+     model, and the ratio of each round (how much the same-run ratio moves from round to round
+     on this machine)
 FLOP accounting: benchmarks/train_parts.py (mfu = 6 N tokens / step / 989e12; with attention
 adds 6 L s (heads * head_dim) tokens for causal attention within samples).
 
@@ -183,11 +184,10 @@ def ladder_head(results: dict) -> str:
     return "triton" if any(results.get(k, {}).get("status") in ran for k in triton) else "compiled"
 
 
-def _context(args, shape: str, report: dict, fresh: bool = True) -> tuple[Any, dict, dict]:
-    """The shape's config and result slot. Dynamo starts afresh per shape (`fresh`): otherwise
-    the new hidden sizes would turn the layer graph dynamic (a realistic run compiles one shape)."""
-    if fresh:
-        tp.reset_dynamo()
+def _context(args, shape: str, report: dict) -> tuple[Any, dict, dict]:
+    """The shape's config and result slot. Dynamo starts afresh per shape: otherwise the new
+    hidden sizes would turn the layer graph dynamic (a realistic run compiles one shape)."""
+    tp.reset_dynamo()
     config = tp.qwen3_config(shape)
     params = tp.count_params(config)
     tokens = args.samples * args.seq
@@ -250,33 +250,36 @@ def _check_agreement(args, config, device, report, res, name, v, out) -> None:
         write(args, report)
 
 
-def run_pairs(args, shape, device, report, variants) -> None:
-    """`args.pairs` rounds of the naive step, then the best trainer variant of the main run
-    (its verdict), each on a fresh model; the ratio of each round and their spread."""
+def run_pairs(args, shape, device, report) -> None:
+    """`args.pairs` rounds of the naive step, then the best trainer variant of the first
+    shape's main variants (their verdict) with the settings it ran with, each on a fresh model;
+    the ratio of each round and their spread. Within the first shape's budget, after the other
+    shapes (so they keep theirs)."""
     res = report["shapes"][shape]
     best = res.get("verdict", {}).get("best")
-    settings = dict(variants).get(best)
-    if settings is None:
+    ran = res.get("results", {}).get(best or "", {})
+    if ran.get("status") != "ok" or "settings" not in ran:
         res["pairs"] = {"status": "no_trainer_result"}
         return
-    config, ctx, _ = _context(args, shape, report, fresh=False)
+    settings = {k: v for k, v in ran["settings"].items() if k not in ("agree", "profile")}
+    config, ctx, _ = _context(args, shape, report)
+    deadline = min(args.deadline, time.monotonic() + args.shape_budget_s.get(shape, 240))
     rounds: list[dict] = []
     res["pairs"] = {"variant": best, "rounds": rounds}
     for _ in range(args.pairs):
-        if args.deadline - time.monotonic() < 45:
+        if min(deadline, args.deadline) - time.monotonic() < 45:
             res["pairs"]["stopped"] = "time"
             break
-        naive = tp.guarded(run_naive, args, config, device, _deadline(args, args.deadline), ctx)
+        naive = tp.guarded(run_naive, args, config, device, _deadline(args, deadline), ctx)
         v = {**settings, "name": best, "profile": False}
         fast = tp.guarded(
-            run_trainer, args, shape, config, device, v, _deadline(args, args.deadline), ctx
+            run_trainer, args, shape, config, device, v, _deadline(args, deadline), ctx
         )
         if naive.get("status") != "ok" or fast.get("status") != "ok":
             rounds.append({"naive": naive.get("status"), "trainer": fast.get("status")})
-            continue
-        ratio = fast["step_s"] / naive["step_s"]
-        rounds.append({"naive_s": naive["step_s"], "trainer_s": fast["step_s"],
-                       "ratio": round(ratio, 3)})  # fmt: skip
+        else:
+            rounds.append({"naive_s": naive["step_s"], "trainer_s": fast["step_s"],
+                           "ratio": round(fast["step_s"] / naive["step_s"], 3)})  # fmt: skip
         write(args, report)
     ratios = [r["ratio"] for r in rounds if "ratio" in r]
     if ratios:
@@ -419,8 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     attn = report["attention"].get("chosen", {"uniform": "auto", "ragged": "auto"})
     write(args, report)
     first = args.shapes[0]
-    plan = [(first, "essential")] + [(first, "pairs")] * bool(args.pairs)
-    plan += [(s, "ladder") for s in args.shapes[1:]] + [(first, "extra")]
+    plan = [(first, "essential")] + [(s, "ladder") for s in args.shapes[1:]]
+    plan += [(first, "pairs")] * bool(args.pairs) + [(first, "extra")]
     for shape, kind in plan:
         attn = report["attention"].get("chosen", attn)  # a failed fast path resets it
         if kind == "ladder":  # compile only where the first shape's fast path compiled
@@ -428,16 +431,11 @@ def main(argv: list[str] | None = None) -> int:
             names = ("fast", "fast_default_attention", "fast_half_micro", "fast_compiled_head")
             statuses = {results[k].get("status") for k in names if k in results}
             job = (run_ladder, (attn, bool(statuses & {"ok", "oom"}), ladder_head(results)))
+        elif kind == "pairs":
+            job = (run_pairs, ())
         else:
             essential, extra = first_shape_variants(args, attn)
-            job = (
-                (run_pairs, ([*essential, *extra],))
-                if kind == "pairs"
-                else (
-                    run_variants,
-                    (essential if kind == "essential" else extra, kind == "essential"),
-                )
-            )
+            job = (run_variants, (essential if kind == "essential" else extra, kind == "essential"))
         failed = tp.guarded(job[0], args, shape, device, report, *job[1])
         if failed:
             report["shapes"].setdefault(shape, {}).setdefault("errors", []).append(failed)

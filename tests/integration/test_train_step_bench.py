@@ -109,6 +109,41 @@ def test_failed_fast_path_is_retried_with_default_attention(monkeypatch) -> None
     assert res["verdict"]["speed_target_met"] and res["verdict"]["mfu_target_met"]
 
 
+def test_pairs_rerun_what_the_verdict_names_with_its_own_settings(monkeypatch) -> None:
+    """run_pairs repeats the variant the verdict names (also the retry with default attention,
+    which is not in the variant list) with the settings it ran with; a failed round is kept as
+    its statuses; without a trainer result there are no pairs."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import train_step as ts
+
+    seen: list[dict] = []
+    steps = iter([0.9, 1.1, 0.8])
+
+    def fake_trainer(args, shape, config, device, v, deadline, ctx):
+        seen.append(v)
+        step = next(steps)
+        return {"status": "ok", "step_s": step} if step < 1.0 else {"status": "oom"}
+
+    monkeypatch.setattr(ts, "run_trainer", fake_trainer)
+    monkeypatch.setattr(ts, "run_naive", lambda *a: {"status": "ok", "step_s": 2.0})
+    args = ts.parse(["--tiny", "--pairs", "3"])
+    ran = {"uniform": "auto", "ragged": "auto", "head": "triton", "agree": True, "name": "x"}
+    report = {"device_facts": {}, "shapes": {"tiny": {
+        "results": {"fast": {"status": "error"},
+                    "fast_default_attention": {"status": "ok", "step_s": 1.0, "settings": ran}},
+        "verdict": {"best": "fast_default_attention"}}}}  # fmt: skip
+    ts.run_pairs(args, "tiny", "cpu", report)
+    pairs = report["shapes"]["tiny"]["pairs"]
+    assert pairs["variant"] == "fast_default_attention" and len(seen) == 3
+    assert all(v["uniform"] == "auto" and v["head"] == "triton" and "agree" not in v for v in seen)
+    assert pairs["rounds"][1] == {"naive": "ok", "trainer": "oom"}
+    assert [r.get("ratio") for r in pairs["rounds"]] == [0.45, None, 0.4]
+    assert pairs["n"] == 2 and pairs["met"] == 1 and pairs["ratio_min"] == 0.4
+    report["shapes"]["tiny"]["verdict"] = {"status": "no_trainer_result"}
+    ts.run_pairs(args, "tiny", "cpu", report)
+    assert report["shapes"]["tiny"]["pairs"] == {"status": "no_trainer_result"}
+
+
 def test_other_shapes_keep_the_head_that_worked_on_the_first() -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     import train_step as ts

@@ -156,8 +156,8 @@ class BatchConfig(Section):
         "(inductor), or triton (one Triton pass each way around cuBLAS matmuls; CUDA only); "
         "triton_keep: triton with a micro-batch's bf16 logits kept from forward to backward "
         "(no recompute; scored tokens x vocab x 2 bytes) whenever the device has room, else "
-        "as triton; auto = triton_keep on CUDA (the fastest measured), elsewhere compiled "
-        "when the model compiles, else eager.",
+        "as triton; auto = triton_keep on CUDA where Triton imports (the fastest measured), "
+        "elsewhere compiled when the model compiles, else eager.",
     )
     gc_full_every: int = Field(
         50,

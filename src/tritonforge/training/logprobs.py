@@ -21,7 +21,7 @@ and entropy are 0, they get no gradient and cost no compute.
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -157,6 +157,15 @@ TRITON_KEEP = ChunkOps(_triton_forward, _triton_backward, keep=head_keep.logits_
 HEADS = ("eager", "compiled", "triton", "triton_keep")
 
 
+@functools.cache
+def _triton_imports() -> bool:
+    try:
+        import triton  # noqa: F401
+    except Exception:  # a broken install (e.g. a driver mismatch) as well as a missing one
+        return False
+    return True
+
+
 def head_ops(name: str, compiled: bool, device: torch.device) -> ChunkOps:
     """The lm head's chunk functions by name: eager, compiled (inductor), triton (training.
     head_kernels), triton_keep (triton, the logits kept from forward to backward where the
@@ -167,7 +176,7 @@ def head_ops(name: str, compiled: bool, device: torch.device) -> ChunkOps:
     triton_ops = {"triton": TRITON, "triton_keep": TRITON_KEEP}
     if name in triton_ops and device.type == "cuda":
         return triton_ops[name]
-    if name == "auto" and device.type == "cuda" and importlib.util.find_spec("triton"):
+    if name == "auto" and device.type == "cuda" and _triton_imports():
         return TRITON_KEEP
     if name == "compiled" or (name in ("auto", *triton_ops) and compiled):
         return compiled_ops()
