@@ -424,6 +424,15 @@ def _ran(hook: Hook, args: tuple, frame: Any) -> None:
     _launched(hook, args, frame)
 
 
+def _replace(owner: Any, attr: str, original: Any, table: list[Any], stub_of: Any) -> None:
+    """`owner.attr` becomes the stub `stub_of(key)`, `original` kept in `table` at `key`, and the
+    stub is watched for replacement."""
+    table.append(original)
+    stub = stub_of(len(table) - 1)
+    setattr(owner, attr, stub)
+    STATE.watched.append((owner, attr, stub))
+
+
 def install_inductor() -> None:
     """Once the worker imported the Inductor runtime for a candidate, before arming: launchers
     built from now on record their launches (`_launcher`), and CachingAutotuner's config
@@ -445,17 +454,13 @@ def install_inductor() -> None:
         t["static_launch"] = torch._C._StaticCudaLauncher._launch_kernel
     except (ImportError, AttributeError, KeyError):
         t.pop("static_result", None)  # no static launch is taken for genuine without them
-    _LAUNCHER_CODE.append(th.CompileResult.__dict__["_gen_launcher_code"])
-    stub = stubs.launcher_entry(len(_LAUNCHER_CODE) - 1)
-    th.CompileResult._gen_launcher_code = stub
-    STATE.watched.append((th.CompileResult, "_gen_launcher_code", stub))
-    cls = th.CachingAutotuner
-    original = cls.__dict__.get("benchmark_all_configs")
+    code = th.CompileResult.__dict__["_gen_launcher_code"]
+    _replace(th.CompileResult, "_gen_launcher_code", code, _LAUNCHER_CODE, stubs.launcher_entry)
+    original = th.CachingAutotuner.__dict__.get("benchmark_all_configs")
     if original is not None:
-        _BENCHES.append(original)
-        bench = stubs.bench_entry(len(_BENCHES) - 1)
-        cls.benchmark_all_configs = bench
-        STATE.watched.append((cls, "benchmark_all_configs", bench))
+        _replace(
+            th.CachingAutotuner, "benchmark_all_configs", original, _BENCHES, stubs.bench_entry
+        )
 
 
 def _tune(hook: Hook, args: tuple, frame: Any) -> None:
@@ -521,10 +526,7 @@ def _quiet_autotune(hook: Hook) -> None:
     original = cls.__dict__.get("_bench")
     if original is None:
         return
-    _BENCHES.append(original)
-    stub = stubs.bench_entry(len(_BENCHES) - 1)
-    cls._bench = stub
-    STATE.watched.append((cls, "_bench", stub))
+    _replace(cls, "_bench", original, _BENCHES, stubs.bench_entry)
 
 
 def install(hook: Hook) -> None:
@@ -550,10 +552,7 @@ def install(hook: Hook) -> None:
     except ImportError:
         pass
     for cls in classes:
-        _RUNS.append(cls.run)
-        stub = stubs.launch_entry(len(_RUNS) - 1)
-        cls.run = stub
-        STATE.watched.append((cls, "run", stub))
+        _replace(cls, "run", cls.run, _RUNS, stubs.launch_entry)
     _quiet_autotune(hook)
 
 
