@@ -37,6 +37,17 @@ def add_retry_arg(ap: Any) -> None:
     )  # fmt: skip
 
 
+def known_names(ap: Any, flag: str, text: str, known: Iterable[str]) -> list[str]:
+    """The comma-separated names of `text`, each one of `known`; else the parser's error (exit
+    2) naming the unknown ones and the known ones."""
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    known = list(known)
+    unknown = sorted(set(names) - set(known))
+    if unknown or not names:
+        ap.error(f"{flag}: unknown {unknown or 'empty list'}; known: {', '.join(known)}")
+    return names
+
+
 def retry_statuses(args: Any) -> frozenset[str]:
     return frozenset(x for x in str(args.retry).split(",") if x)
 

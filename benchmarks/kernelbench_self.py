@@ -138,10 +138,7 @@ def main() -> int:
         args.device, args.size, args.workers = "cpu", "scaled", 2
         args.limit = args.limit or 2
     levels = [int(x) for x in args.levels.split(",")]
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = sorted(set(variants) - set(VARIANTS))
-    if unknown or not variants:
-        ap.error(f"--variants: unknown {unknown or 'empty list'}; known: {', '.join(VARIANTS)}")
+    variants = bc.known_names(ap, "--variants", args.variants, VARIANTS)
     problems = bc.kernelbench(levels, args.limit, args.size)
     only = [x for x in args.only.split(",") if x]
     if only:

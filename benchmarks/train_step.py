@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import bench_common as bc
 import torch
 import train_parts as tp
 from train_attention import attention_phase
@@ -205,6 +206,11 @@ def _no_time(args, deadline: float, v: dict) -> bool:
     return time.monotonic() > deadline or args.deadline - time.monotonic() < need
 
 
+def _shape_deadline(args, shape: str) -> float:
+    """A shape phase's deadline: its budget (--budget, else 240 s), within the run's."""
+    return min(args.deadline, time.monotonic() + args.shape_budget_s.get(shape, 240))
+
+
 def _deadline(args, shape_deadline: float) -> float:
     """One variant's deadline: 150 s, within its shape's and the run's budget."""
     return min(shape_deadline, args.deadline, time.monotonic() + 150)
@@ -212,7 +218,7 @@ def _deadline(args, shape_deadline: float) -> float:
 
 def run_variants(args, shape, device, report, variants, with_naive: bool) -> None:
     config, ctx, res = _context(args, shape, report)
-    deadline = min(args.deadline, time.monotonic() + args.shape_budget_s.get(shape, 240))
+    deadline = _shape_deadline(args, shape)
     if with_naive:
         res["results"]["naive_micro1"] = tp.guarded(
             run_naive, args, config, device, _deadline(args, deadline), ctx
@@ -263,11 +269,11 @@ def run_pairs(args, shape, device, report) -> None:
         return
     settings = {k: v for k, v in ran["settings"].items() if k not in ("agree", "profile")}
     config, ctx, _ = _context(args, shape, report)
-    deadline = min(args.deadline, time.monotonic() + args.shape_budget_s.get(shape, 240))
+    deadline = _shape_deadline(args, shape)
     rounds: list[dict] = []
     res["pairs"] = {"variant": best, "rounds": rounds}
     for _ in range(args.pairs):
-        if min(deadline, args.deadline) - time.monotonic() < 45:
+        if deadline - time.monotonic() < 45:
             res["pairs"]["stopped"] = "time"
             break
         naive = tp.guarded(run_naive, args, config, device, _deadline(args, deadline), ctx)
@@ -299,7 +305,7 @@ def _retry_attention(args, report: dict, v: dict) -> dict | None:
 
 def run_ladder(args, shape, device, report, attn: dict, compile_ok: bool, head: str) -> None:
     config, ctx, res = _context(args, shape, report)
-    deadline = min(args.deadline, time.monotonic() + args.shape_budget_s.get(shape, 240))
+    deadline = _shape_deadline(args, shape)
     for i, v in enumerate(other_shape_ladder(args, shape, attn, compile_ok, head)):
         if _no_time(args, deadline, v):
             res["results"][f"fast_try{i}"] = {"status": "skipped_time"}
@@ -384,10 +390,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.shapes = "tiny,tiny2"
     args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     if args.variants is not None:
-        args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-        unknown = sorted(set(args.variants) - set(VARIANTS))
-        if unknown or not args.variants:
-            p.error(f"--variants: unknown {unknown or 'empty list'}; known: {', '.join(VARIANTS)}")
+        args.variants = bc.known_names(p, "--variants", args.variants, VARIANTS)
     if args.pairs < 0:
         p.error("--pairs must be >= 0")
     args.samples = args.samples or (3 if args.tiny else 8)
