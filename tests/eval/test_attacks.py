@@ -162,10 +162,14 @@ def test_half_triton_share_and_minimum(hybrid: Evaluator) -> None:
 
 
 def test_host_compute_cannot_game_a_required_share(hybrid: Evaluator) -> None:
+    """Host compute happens in the candidate's process, where no trusted process can repeat or
+    time it: the replay of its device work alone is wrong (replay_mismatch); with a required
+    share the in-process audit already names the host read."""
     case = next(c for c in ATTACKS if c["file"] == "c1_host_numpy.py")
     s = hc.base_settings("hybrid")
-    assert hybrid.evaluate(hc.problem(case["problem"]), case["source"], s).correct
-    s.min_custom_share = 0.5  # numpy work is invisible to the share: no longer tolerated
+    v = hybrid.evaluate(hc.problem(case["problem"]), case["source"], s)
+    assert v.status is Status.REWARD_HACK and v.rule == "replay_mismatch", v.message
+    s.min_custom_share = 0.5
     v = hybrid.evaluate(hc.problem(case["problem"]), case["source"], s)
     assert v.status is Status.REWARD_HACK and v.rule == "host_read", v.message
 

@@ -61,6 +61,9 @@ class CandidateRun:
     waited_s: float = 0.0  # time the worker waited for a CPU, summed over requests
     device_oom: bool = False  # a request failed for lack of device memory
     waited: float = 0.0  # seconds spent waiting for the device's gate (not the candidate's time)
+    replayer: CandidateRun | None = None  # the trusted replayer, once the replay passed
+    recipe: Any = None  # a replayer's: the parsed recipe it runs (recipe_format.Recipe)
+    scratch: str | None = None  # a replayer's private scratch directory (rlimits sandbox)
 
     def call(
         self,

@@ -57,6 +57,9 @@ from tritonforge.evaluation.judge.reference import (
     ReferenceStore,
     meta_footprint,
 )
+from tritonforge.evaluation.judge.replay import Captured, recipe_ops, take_recipe
+from tritonforge.evaluation.judge.replay import close as close_replayer
+from tritonforge.evaluation.judge.replay import evidence as replay_evidence
 from tritonforge.evaluation.judge.resources import DeviceResources
 from tritonforge.evaluation.judge.rewards import compute_reward
 from tritonforge.evaluation.judge.session import Session
@@ -78,6 +81,10 @@ CPU_UNTIMED = (
     "timing not measured: the CPU Triton interpreter checks correctness only; speedup is null"
 )
 CPU_TIMED = "timed on the CPU interpreter (time_on_cpu): says nothing about GPU speed"
+NOT_REPLAYED = (
+    "not replayed: CUDA C++ kernels are native code a trusted replay cannot load; correctness "
+    "rests on the judge's comparisons, and the timing on the candidate's own process"
+)
 # Phase-by-phase progress at DEBUG ("reference", "compile", "correctness trial 2/5", ...): off by
 # default; `tritonforge eval-kernel` shows it on stderr while a long evaluation runs.
 progress = get_logger("evaluation.progress")
@@ -326,6 +333,8 @@ class Evaluator:
             v = f.verdict
         finally:
             session.close()
+            if run.replayer is not None:
+                close_replayer(run.replayer)
             if scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
         if run.waited > 0.001:
@@ -455,13 +464,20 @@ class Evaluator:
             return 1.0  # PyTorch computed nothing
         if run.settings.mode != "hybrid":
             return None  # strict rejects the compute anyway; no shapes were recorded
-        if key not in self._work and audit.get("op_shapes"):
+        if not audit.get("op_shapes"):
+            return custom_share(audit.get("op_shapes"), self._work.get(key))
+        return custom_share(audit.get("op_shapes"), self._reference_work(run, case))
+
+    def _reference_work(self, run: CandidateRun, case: Case) -> float | None:
+        """The reference's own compute work, profiled once per problem and device here."""
+        key = (run.problem.id, run.device)
+        if key not in self._work:
             began = time.monotonic()  # (a part of "check")
             with run.ref.lock, judge_device(run.device):
                 inputs = [map_tensors(v, lambda t: t.clone()) for v in case.inputs]
                 self._work[key] = reference_work(run.ref.model, inputs, run.device)
             run.phases["reference_profile"] += time.monotonic() - began
-        return custom_share(audit.get("op_shapes"), self._work.get(key))
+        return self._work.get(key)
 
     def _run(self, run: CandidateRun, plan: list[tuple[int, str]]) -> Verdict:
         s, session = run.settings, run.session
@@ -473,6 +489,10 @@ class Evaluator:
         # the judge's work between trials (reference outputs, comparison) is not charged to it,
         # nor the time the worker waited for a CPU on a busy machine (budget.py)
         correctness_left = s.budgets.correctness_s
+        # one trial after the compile also records forward's work as a recipe (judge/replay.py)
+        replayable = s.backend == "triton"
+        recipe_at = 1 if len(plan) > 1 else 0
+        captured: Captured | None = None
         for i, (seed, dist) in enumerate(plan):
             phase = "compile" if i == 0 else "correctness"
             total = s.budgets.compile_s if i == 0 else s.budgets.correctness_s
@@ -480,6 +500,8 @@ class Evaluator:
             case = self.case(run.phases, run.ref, seed, dist)
             carry, carry_fds = session.transport.send(case)
             msg = {"op": "run", **carry, **audit_switches(last_trial=i == len(plan) - 1)}
+            if replayable and i == recipe_at:
+                msg["recipe"] = True
             progress.debug("%s: trial %d/%d", phase, i + 1, len(plan))
             t = time.monotonic()
             budget = total if i == 0 else max(0.1, correctness_left)
@@ -499,6 +521,8 @@ class Evaluator:
                 v = failure_verdict(reply, phase, run.compiled)
                 v.trials_total, v.trials_passed = s.correctness_trials, i
                 return v
+            if replayable and i == recipe_at:
+                captured = take_recipe(reply, fds)
             t = time.monotonic()
             outputs = run.outputs(reply, fds)
             # the judge's own look at the shared input buffer joins the worker's report
@@ -511,6 +535,8 @@ class Evaluator:
             stop = self._check_trial(run, i, dist, reply, outputs, case)
             run.phases["check"] += time.monotonic() - t
             if stop is not None:
+                if captured is not None:
+                    captured.close()
                 if stop.status is Status.NUMERICAL_MISMATCH and run.device != "cpu":
                     stop.message += tf32_hint(run.source, case.expected)
                 return stop
@@ -519,6 +545,13 @@ class Evaluator:
             # through the timing filled the H200)
             del case, outputs
         n = len(plan)
+        if replayable:  # the verdict rests on the replay, not on the candidate's process
+            progress.debug("replay: the kernels alone, in a trusted replayer, on fresh inputs")
+            replayer = replay_evidence(self, run, captured)
+            run.session.close()  # the candidate's process is done with
+            run.replayer, run.session = replayer, replayer.session
+        else:
+            run.notes.append(NOT_REPLAYED)
         v = Verdict(
             status=Status.CORRECT,
             compiled=run.compiled,
@@ -528,9 +561,30 @@ class Evaluator:
             notes=run.notes,
             message="all correctness trials passed",
         )
+        if run.replayer is not None and s.mode == "hybrid":
+            self._replayed_share(run, v, plan[0])
+            if v.status is not Status.CORRECT:
+                return v
         if s.measure_performance and (run.device != "cpu" or s.time_on_cpu):
             time_candidate(self, run, v)
         return v
+
+    def _replayed_share(self, run: CandidateRun, v: Verdict, first: tuple[int, str]) -> None:
+        """Hybrid: the custom-kernel share from the replayed recipe's PyTorch ops (what the
+        trusted replay ran, not what the worker reported), and the minimum-share rule on it."""
+        ops = recipe_ops(run.replayer.recipe)
+        share = 1.0 if not ops else None
+        if ops:
+            case = self.case(run.phases, run.ref, *first)
+            share = custom_share(ops, self._reference_work(run, case))
+        v.audit.custom_share, v.audit.share_basis = share, "work" if share is not None else None
+        need = run.settings.min_custom_share
+        if need > 0 and (share is None or share < need):
+            v.status, v.rule, v.correct = Status.REWARD_HACK, "insufficient_custom_share", False
+            v.message = (
+                f"the replayed kernels did {0.0 if share is None else share:.0%} of the work; at "
+                f"least {need:.0%} is required"
+            )
 
 
 def merge_mutated(facts: Any, seen: list[int]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from tritonforge.evaluation.judge import replay
 from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
 from tritonforge.evaluation.judge.compare import compare_to_reference, output_bytes
 from tritonforge.evaluation.judge.decide import (
@@ -207,12 +208,49 @@ def _candidate_round(
         "budget_ms": run.settings.perf_round_ms,
         "clock": run.settings.timing_clock,
     }
+    if run.replayer is not None:  # every timed call of the replay checked (timing_loop.Consistency)
+        tol = {d: run.settings.tolerance(d) for d in ("float64", "float32", "float16", "bfloat16")}
+        msg["consistency"] = {"tol": tol}
     reply, extra = run.call(msg, carry_fds, budget, "timing")
-    for fd in extra:  # the worker attaches nothing to this reply
-        os.close(fd)
     if not reply.get("ok"):
+        for fd in extra:
+            os.close(fd)
         raise Stop(failure_verdict(reply, "timing", True))
+    _check_kept(run, case, reply, extra)
     return reply
+
+
+def _check_kept(run: CandidateRun, case: Case, reply: dict[str, Any], fds: list[int]) -> None:
+    """A replay's timed calls do the work of checked calls: the first timed call's outputs
+    (sent back) must be right, and the replayer found every later one equal to it (a kernel that
+    counts its calls, or reads the clock, and skips work when it believes it is timed, is caught
+    here). Closes `fds`."""
+    kept = reply.get("kept") if isinstance(reply.get("kept"), list) else []
+    if run.replayer is not None and (reply.get("diverged") or not kept):
+        for fd in fds:
+            os.close(fd)
+        raise Stop(Verdict(
+            status=Status.REWARD_HACK, rule="timed_output_mismatch", phase="timing",
+            compiled=True, message=f"{reply.get('diverged')} timed call(s) of the replayed kernels "
+            "returned other outputs than the first timed call: timed calls must do the work of "
+            "checked calls",
+        ))  # fmt: skip
+    try:
+        for item in kept[: len(fds)]:
+            desc = item.get("outputs") if isinstance(item, dict) else None
+            outputs = run.outputs({"outputs": desc}, [fds.pop(0)])
+            with judge_device(run.device):
+                status, mm, why = compare_to_reference(case, outputs, run.settings, run.problem)
+            if status is not Status.CORRECT:
+                raise Stop(Verdict(
+                    status=Status.REWARD_HACK, rule="timed_output_mismatch", phase="timing",
+                    mismatch=mm, compiled=True, message="the first timed call of the replayed "
+                    f"kernels returned wrong outputs ({why}): timed calls must do the work of "
+                    "checked calls",
+                ))  # fmt: skip
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _floats(xs: Any) -> list[float]:
@@ -270,8 +308,18 @@ def case_bytes(case: Case) -> int:
 
 def _recheck(ev: Any, run: CandidateRun, v: Verdict, post: Case, nbytes: int, r: Rounds) -> None:
     """The candidate may have changed state during timing: check it once more on fresh inputs,
-    fully audited, with the same rules as a correctness trial, then the timing rules."""
+    fully audited, with the same rules as a correctness trial, then the timing rules. A
+    replayer (trusted, its state restored before every call) gets one more replay on fresh
+    inputs and the plausibility rules."""
     problem, s = run.problem, run.settings
+    if run.replayer is not None:
+        replay.check(ev, run, s.replay_trials)
+        peaks = device_peaks(run.device) if run.device.startswith("cuda") else None
+        hack = decide_timing(v, [], [], True, problem, nbytes, s, peaks)
+        if hack:
+            v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
+            v.correct = False
+        return
     carry, carry_fds = run.session.transport.send(post)
     reply, fds = run.call(
         {"op": "run", **carry, **audit_switches()},

@@ -1,0 +1,296 @@
+"""The candidate's Triton kernels alone, as a module the trusted replayer can import.
+
+Covers: `kernel_module(source)`: from the candidate's source (never run here), the top-level
+`@triton.jit` functions (their `@triton.autotune` / `@triton.heuristics` decorators dropped: the
+replay launches the configuration the recipe names), the imports of Triton, `math` and
+Inductor's kernel-side `triton_helpers` that they use, and the module-level constants they read
+(literals, arithmetic, `tl.constexpr(...)`: the expressions kernel_checks.py calls constants),
+written out as a new module source. Nothing else of the candidate reaches the replayer.
+
+Every kernel body is checked first (`KernelRefused` with the reason): under the CPU interpreter a
+kernel body runs as plain Python in the replayer, a trusted process, so a body may use only its
+parameters and locals, the other kernels, those constants, a few builtins (`SAFE_BUILTINS`), and
+attribute chains of `triton.language`, `math` and `triton_helpers` that resolve (here, in the
+judge) to Triton builtins, jit functions, dtypes or numbers; no attribute starting with `_`, no
+interpreter internals (`.handle`, `.data`), no lambda, nested function, `global`, import,
+comprehension or `with`. A compiled kernel on a GPU could not do more; the check makes the
+interpreter's case as narrow. The replayer also imports the module with restricted builtins
+(sandbox/replay_model.py).
+Does not cover: what the recipe launches (judge/replay.py), running anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import types
+from typing import Any
+
+from tritonforge.evaluation.judge.inductor_rules import KERNEL_HELPERS
+from tritonforge.evaluation.judge.kernel_checks import (
+    INTERPRETER_INTERNALS,
+    _module_bindings,
+    is_jit,
+    name_chain,
+)
+from tritonforge.evaluation.sandbox.replay_model import SAFE_BUILTINS
+
+# modules a kernel module may import, and what attribute chains in a body may pass through
+MODULE_ROOTS = (("triton",), ("math",), KERNEL_HELPERS)
+_BODY_MODULES = ("triton.language", "math", ".".join(KERNEL_HELPERS))
+_ALLOWED_NODES = (
+    ast.arguments, ast.arg, ast.Return, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For,
+    ast.While, ast.If, ast.Expr, ast.Pass, ast.Break, ast.Continue, ast.Assert, ast.BinOp,
+    ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Call, ast.Attribute, ast.Subscript, ast.Slice,
+    ast.Name, ast.Constant, ast.Tuple, ast.List, ast.IfExp, ast.keyword, ast.Starred,
+    ast.JoinedStr, ast.FormattedValue, ast.Load, ast.Store, ast.Del, ast.operator,
+    ast.unaryop, ast.boolop, ast.cmpop, ast.expr_context,
+)  # fmt: skip
+_JIT_KWARGS = {"do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline"}
+
+
+class KernelRefused(Exception):
+    """The source's kernels cannot be replayed alone (the message says why)."""
+
+
+def kernel_module(source: str) -> tuple[str, list[str]]:
+    """(module source, kernel names) of the candidate's top-level @triton.jit functions."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise KernelRefused(f"the source does not parse: {exc}") from None
+    _, names = _module_bindings(tree)
+    kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and is_jit(n)]
+    jit_names = {k.name for k in kernels}
+    imports = _imports(tree)
+    bound = {a for a in imports} | jit_names
+    consts = _constants(tree, names, imports, kernels)
+    bound |= {n for node in consts for n in _targets(node)}
+    for k in kernels:
+        _check_body(k, bound, imports, jit_names)
+    lines = ["import triton", "import triton.language as tl"]
+    lines += [ast.unparse(imports[a][0]) for a in sorted(imports)]
+    lines += [ast.unparse(c) for c in consts]
+    for k in kernels:
+        lines += ["", "", ast.unparse(_plain_jit(k))]
+    return "\n".join(lines) + "\n", sorted(jit_names)
+
+
+def _imports(tree: ast.Module) -> dict[str, tuple[ast.stmt, tuple[str, ...]]]:
+    """Alias -> (an import statement binding only it, the module path it names)."""
+    out: dict[str, tuple[ast.stmt, tuple[str, ...]]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                path = tuple(a.name.split("."))
+                if _allowed_module(path) and a.asname:
+                    out[a.asname] = (ast.Import(names=[a]), path)
+                elif _allowed_module(path):
+                    out[path[0]] = (ast.Import(names=[ast.alias(path[0])]), path[:1])
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                path = (*node.module.split("."), a.name)
+                if a.name != "*" and _allowed_module(path):
+                    stmt = ast.ImportFrom(module=node.module, names=[a], level=0)
+                    out[a.asname or a.name] = (stmt, path)
+    return out
+
+
+def _allowed_module(path: tuple[str, ...]) -> bool:
+    return any(path[: len(root)] == root for root in MODULE_ROOTS)
+
+
+def _targets(node: ast.stmt) -> list[str]:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]  # type: ignore[attr-defined]
+    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+
+
+def _constants(
+    tree: ast.Module,
+    names: dict[str, str],
+    imports: dict[str, tuple[ast.stmt, tuple[str, ...]]],
+    kernels: list[ast.FunctionDef],
+) -> list[ast.stmt]:
+    """The module-level constant assignments the kernels read, in source order."""
+    used = {
+        n.id
+        for k in kernels
+        for stmt in k.body
+        for n in ast.walk(stmt)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    out = []
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = _targets(node)
+            if (
+                targets
+                and set(targets) & used
+                and all(names.get(t) == "const" for t in targets)
+                and _const_expr(node.value, imports)
+            ):
+                out.append(node)
+    return out
+
+
+def _const_expr(node: ast.AST, imports: dict[str, tuple[ast.stmt, tuple[str, ...]]]) -> bool:
+    """Literals, arithmetic and tuples of them, Triton/math names that resolve to numbers or
+    dtypes, and calls of `tl.constexpr` or a `math` function on such values: nothing else runs
+    when the replayer imports the module."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp):
+        return _const_expr(node.operand, imports)
+    if isinstance(node, ast.BinOp):
+        return _const_expr(node.left, imports) and _const_expr(node.right, imports)
+    if isinstance(node, ast.Tuple):
+        return all(_const_expr(e, imports) for e in node.elts)
+    if isinstance(node, ast.Call):
+        if node.keywords or not all(_const_expr(a, imports) for a in node.args):
+            return False
+        fn = _named(node.func, imports)
+        return fn is not None and (fn is _constexpr_type() or _math_function(fn))
+    obj = _named(node, imports)
+    if obj is None:
+        return False
+    return isinstance(obj, (int, float, bool)) or type(obj).__name__ in ("dtype", "constexpr")
+
+
+def _named(node: ast.AST, imports: dict[str, tuple[ast.stmt, tuple[str, ...]]]) -> Any:
+    """The object an imported module's attribute chain names, or None."""
+    chain = name_chain(node)
+    if not chain or chain[0] not in imports or any(a.startswith("_") for a in chain):
+        return None
+    try:
+        return _resolve("(constant)", imports[chain[0]][1], chain[1:])
+    except KernelRefused:
+        return None
+
+
+def _constexpr_type() -> Any:
+    import triton.language as tl
+
+    return tl.constexpr
+
+
+def _math_function(fn: Any) -> bool:
+    return callable(fn) and getattr(fn, "__module__", None) == "math"
+
+
+def _plain_jit(fn: ast.FunctionDef) -> ast.FunctionDef:
+    """The function with `@triton.jit` (literal options kept) as its only decorator."""
+    keywords = []
+    for d in fn.decorator_list:
+        c = name_chain(d.func if isinstance(d, ast.Call) else d)
+        if isinstance(d, ast.Call) and c and c[-1] == "jit":
+            keywords = [k for k in d.keywords if k.arg in _JIT_KWARGS and _literal(k.value)]
+    jit: ast.expr = ast.Attribute(ast.Name("triton", ast.Load()), "jit", ast.Load())
+    if keywords:
+        jit = ast.Call(func=jit, args=[], keywords=keywords)
+    new = ast.FunctionDef(
+        name=fn.name, args=fn.args, body=fn.body, decorator_list=[jit], returns=None,
+        type_comment=None, lineno=fn.lineno, type_params=[],
+    )  # fmt: skip
+    return ast.fix_missing_locations(new)
+
+
+def _literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+        return True
+    except ValueError:
+        return False
+
+
+def _check_body(
+    fn: ast.FunctionDef,
+    bound: set[str],
+    imports: dict[str, tuple[ast.stmt, tuple[str, ...]]],
+    jits: set[str],
+) -> None:
+    """KernelRefused unless every node of the kernel is one a Triton kernel may use."""
+    local = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs}
+    if fn.args.vararg or fn.args.kwarg:
+        raise KernelRefused(f"kernel {fn.name} takes *args or **kwargs")
+    for default in fn.args.defaults + [d for d in fn.args.kw_defaults if d is not None]:
+        if not _literal(default):
+            raise KernelRefused(f"kernel {fn.name} has a default that is not a literal")
+    nodes = [n for stmt in fn.body for n in ast.walk(stmt)]
+    nodes += [n for a in fn.args.args + fn.args.kwonlyargs for n in ast.walk(a)]
+    local |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    for node in nodes:
+        if not isinstance(node, _ALLOWED_NODES):
+            raise KernelRefused(
+                f"kernel {fn.name} uses {type(node).__name__} (line {getattr(node, 'lineno', '?')}),"
+                " which a replayed kernel may not"
+            )
+        if isinstance(node, ast.Attribute):
+            if node.attr.startswith("_") or node.attr in INTERPRETER_INTERNALS:
+                raise KernelRefused(f"kernel {fn.name} reads the attribute .{node.attr}")
+            chain = name_chain(node)
+            if chain and chain[0] in imports and chain[0] not in local:
+                _resolve(fn.name, imports[chain[0]][1], chain[1:])
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            if node.id in local or node.id in bound or node.id in SAFE_BUILTINS:
+                continue
+            raise KernelRefused(
+                f"kernel {fn.name} uses the name {node.id!r}, which is neither its own, "
+                "another kernel, a constant nor triton.language"
+            )
+
+
+def _resolve(kernel: str, path: tuple[str, ...], attrs: tuple[str, ...]) -> Any:
+    """The object an attribute chain of an imported module names; KernelRefused unless every
+    module on the way is under triton.language, math or triton_helpers and the end is one a
+    kernel may use."""
+    try:
+        obj: Any = importlib.import_module(".".join(path))
+    except ImportError:
+        try:
+            obj = getattr(importlib.import_module(".".join(path[:-1])), path[-1])
+        except (ImportError, AttributeError) as exc:
+            raise KernelRefused(
+                f"kernel {kernel}: {'.'.join(path)} does not import: {exc}"
+            ) from None
+    where = ".".join(path)
+    for attr in attrs:
+        if isinstance(obj, types.ModuleType) and not _body_module(obj):
+            if obj.__name__ != "triton" or attr != "language":
+                raise KernelRefused(f"kernel {kernel} uses {where}.{attr}: outside triton.language")
+        try:
+            obj = getattr(obj, attr)
+        except AttributeError:
+            raise KernelRefused(
+                f"kernel {kernel} uses {where}.{attr}, which does not exist"
+            ) from None
+        where += f".{attr}"
+    if _usable(obj):
+        return obj
+    raise KernelRefused(
+        f"kernel {kernel} uses {where} ({type(obj).__name__}), not a Triton builtin"
+    )
+
+
+def _body_module(mod: types.ModuleType) -> bool:
+    return any(mod.__name__ == m or mod.__name__.startswith(m + ".") for m in _BODY_MODULES)
+
+
+def _usable(obj: Any) -> bool:
+    if isinstance(obj, types.ModuleType):
+        return _body_module(obj)
+    if isinstance(obj, (int, float, bool, str)) or obj is None:
+        return True
+    if getattr(obj, "__triton_builtin__", False):
+        return True
+    mod = getattr(type(obj), "__module__", "") or ""
+    kind = type(obj).__name__
+    if mod.startswith("triton") and kind in ("JITFunction", "InterpretedFunction", "constexpr"):
+        return True
+    if mod.startswith("triton.language") and kind in ("dtype", "pointer_type", "block_type"):
+        return True
+    if isinstance(obj, type) and (obj.__module__ or "").startswith("triton.language"):
+        return True  # tl.constexpr, tl.tensor ... (annotations, isinstance)
+    if isinstance(obj, types.FunctionType) and obj.__module__.startswith("triton.language"):
+        return True  # libdevice's dispatch stubs and the like: Triton's own code
+    # math.sqrt and the like (on constants)
+    return callable(obj) and getattr(obj, "__module__", None) == "math"

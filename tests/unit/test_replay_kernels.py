@@ -1,0 +1,148 @@
+"""The module of a candidate's kernels alone (judge/replay_kernels.py), which the trusted replayer
+imports: what it keeps, and every kernel body it refuses because under the CPU interpreter the
+body would run as Python in the replayer.
+
+Covers: kept kernels without their autotune/heuristics decorators, literal jit options kept,
+the triton/math/triton_helpers imports and the constants kernels read (and nothing else of the
+source: the model, helpers, other imports); refusals of names outside the kernel's reach
+(builtins such as `__import__`, `getattr`, `open`; module-level state; plain functions),
+attributes starting with `_` or the interpreter's internals, attribute chains that leave
+triton.language (`triton.runtime.build`, `tl.core` modules), lambdas, nested functions,
+comprehensions, `global`, imports and non-literal defaults; constant expressions that call
+anything but Triton/math constants. Does not cover: running the module (test_replay.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tritonforge.evaluation.judge.replay_kernels import KernelRefused, kernel_module
+
+HEADER = """
+import math
+import os
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+"""
+
+GOOD = (
+    HEADER
+    + """
+SCALE = 2.0
+BLOCK_C: tl.constexpr = tl.constexpr(128)
+INV = 1.0 / math.sqrt(2.0)
+STATE = {"calls": 0}
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2)], key=["n"])
+@triton.heuristics({"EVEN": lambda a: a["n"] % 64 == 0})
+@triton.jit(do_not_specialize=["n"])
+def scaled(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = helper(x) * SCALE + INV
+    for _ in tl.static_range(2):
+        y = tl.maximum(y, 0.0)
+    tl.store(out_ptr + offs, y.to(tl.float32), mask=mask)
+
+
+@triton.jit
+def helper(x):
+    return tl.where(x > 0, x, 0.0)
+
+
+def host_helper(n):
+    return os.cpu_count() + n
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return x
+"""
+)
+
+
+def test_kernels_constants_and_imports_are_kept_and_nothing_else() -> None:
+    src, names = kernel_module(GOOD)
+    assert names == ["helper", "scaled"]
+    assert "@triton.jit(do_not_specialize=['n'])" in src
+    assert "autotune" not in src and "heuristics" not in src and "lambda" not in src
+    assert "SCALE = 2.0" in src and "INV = 1.0 / math.sqrt(2.0)" in src
+    assert "STATE" not in src and "host_helper" not in src and "ModelNew" not in src
+    assert "import os" not in src and "import torch" not in src
+    compile(src, "<kernels>", "exec")
+
+
+def _kernel(body: str, extra: str = "") -> str:
+    lines = "\n".join("    " + line for line in body.strip().splitlines())
+    return f"{HEADER}\n{extra}\n\n@triton.jit\ndef k(x_ptr, n, BLOCK: tl.constexpr):\n{lines}\n"
+
+
+@pytest.mark.parametrize(
+    "body, extra, why",
+    [
+        ("__import__('os').system('true')", "", "'__import__'"),
+        ("f = getattr(tl, 'load')", "", "'getattr'"),
+        ("open('/tmp/x', 'w')", "", "'open'"),
+        ("x = STATE", "STATE = {'a': 1}", "'STATE'"),
+        ("x = helper(n)", "def helper(n):\n    return n", "'helper'"),
+        ("x = torch.ones(1)", "", "'torch'"),
+        ("x = os.getpid()", "", "'os'"),
+        ("x = tl.load(x_ptr).handle", "", ".handle"),
+        ("x = tl.__dict__", "", ".__dict__"),
+        ("x = tl.load.__globals__", "", ".__globals__"),
+        ("x = triton.runtime.build", "", "triton.runtime"),
+        ("x = triton.compile", "", "triton.compile"),
+        ("x = tl.core.builtins", "", "builtins"),
+        ("x = tl.core.inspect", "", "inspect"),
+        ("x = lambda: 0", "", "Lambda"),
+        ("x = [i for i in range(3)]", "", "ListComp"),
+        ("global n", "", "Global"),
+        ("import os", "", "Import"),
+        ("def inner():\n    return 1", "", "FunctionDef"),
+        ("with tl.static_range(2):\n    pass", "", "With"),
+        ("x = libdevice.__loader__", "", "__loader__"),
+    ],
+)
+def test_kernel_bodies_that_reach_outside_triton_are_refused(
+    body: str, extra: str, why: str
+) -> None:
+    with pytest.raises(KernelRefused) as err:
+        kernel_module(_kernel(body, extra))
+    assert why in str(err.value)
+
+
+def test_non_literal_defaults_are_refused() -> None:
+    src = HEADER + "\n@triton.jit\ndef k(x_ptr, n=os.getpid()):\n    pass\n"
+    with pytest.raises(KernelRefused, match="default"):
+        kernel_module(src)
+
+
+@pytest.mark.parametrize(
+    "const",
+    [
+        "C = triton.runtime.build.compile_module_from_src('x', 'y')",
+        "C = tl.constexpr(os.getpid())",
+        "C = math.__dict__",
+        "C = STATE",
+    ],
+)
+def test_constants_that_compute_anything_else_are_left_out(const: str) -> None:
+    """Such a name is then unbound in the kernel module: the kernel that reads it is refused."""
+    src = _kernel("x = C", f"STATE = 1\n{const}")
+    with pytest.raises(KernelRefused, match="'C'"):
+        kernel_module(src)
+
+
+def test_triton_language_and_math_constants_are_usable() -> None:
+    body = """
+offs = tl.arange(0, BLOCK)
+x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+y = libdevice.exp(x) * math.pi + tl.math.rsqrt(x)
+tl.store(x_ptr + offs, y.to(tl.float16), mask=offs < n)
+"""
+    src, names = kernel_module(_kernel(body))
+    assert names == ["k"] and "from triton.language.extra import libdevice" in src
