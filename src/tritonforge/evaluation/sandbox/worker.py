@@ -56,7 +56,7 @@ from tritonforge.evaluation.sandbox.protocol import (
     unpack,
     unpack_buffer,
 )
-from tritonforge.evaluation.sandbox.recipe_format import parse_recipe
+from tritonforge.evaluation.sandbox.recipe_format import RecipeError, parse_recipe
 from tritonforge.types import Status
 
 _GC_ON = gc.enable  # captured in the fork server, before any candidate exists
@@ -400,6 +400,8 @@ class Worker:
 
     def _replay_failed(self, exc: BaseException, phase: str) -> None:
         status = classify_exception(exc, phase, raised_in_kernel(exc, self.kernel_codes))
+        if isinstance(exc, (replay_model.ReplayError, RecipeError)):
+            status = Status.INTERNAL_ERROR  # the recipe cannot run: the judge says unreplayable
         extra = {"memory": memory_facts(self.device, str(exc))} if is_device_oom(exc) else {}
         message = f"{type(exc).__name__}: {exc}"[:4000]
         self.reply({"ok": False, "status": status.value, "phase": phase, "message": message,
