@@ -146,3 +146,23 @@ tl.store(x_ptr + offs, y.to(tl.float16), mask=offs < n)
 """
     src, names = kernel_module(_kernel(body))
     assert names == ["k"] and "from triton.language.extra import libdevice" in src
+
+
+def test_guarded_imports_and_triton_host_helpers_in_constants() -> None:
+    """libdevice moved between Triton versions: `try: from A import libdevice except
+    ImportError: from B import libdevice` is kept whole; constants may use triton.cdiv and
+    triton.next_power_of_2 of constants (nothing else of triton's host side)."""
+    src = (
+        "import triton\nimport triton.language as tl\n"
+        "try:\n    from triton.language.extra import libdevice\n"
+        "except ImportError:\n    from triton.language.extra.cuda import libdevice\n"
+        "BLOCK = triton.next_power_of_2(100)\n"
+        "@triton.jit\ndef k(x_ptr):\n    x = tl.load(x_ptr + tl.arange(0, BLOCK))\n"
+        "    tl.store(x_ptr + tl.arange(0, BLOCK), libdevice.exp(x))\n"
+    )
+    out, names = kernel_module(src)
+    assert names == ["k"] and "except ImportError:" in out and "next_power_of_2(100)" in out
+    compile(out, "<kernels>", "exec")
+    bad = src.replace("except ImportError:", "except ImportError:\n    import os")
+    with pytest.raises(KernelRefused):  # the block holds a forbidden import: not kept
+        kernel_module(bad)

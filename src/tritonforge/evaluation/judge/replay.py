@@ -33,7 +33,9 @@ from typing import Any
 from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
 from tritonforge.evaluation.judge.compare import compare_to_reference
 from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.reference import Case
 from tritonforge.evaluation.judge.replay_kernels import KernelRefused, kernel_module
+from tritonforge.evaluation.judge.replies import Failure
 from tritonforge.evaluation.judge.session import Session
 from tritonforge.evaluation.judge.transport import Transport
 from tritonforge.evaluation.judge.workerenv import private_scratch, worker_spec
@@ -46,7 +48,7 @@ from tritonforge.evaluation.sandbox.recipe_format import (
     flatten,
     parse_recipe,
 )
-from tritonforge.types import Status, Verdict
+from tritonforge.types import Audit, Status, Verdict
 
 REPLAY_SEED = 2000  # hidden seeds of the replay trials: seed(problem, REPLAY_SEED + i)
 # aten ops no recipe may hold in any mode: printing, reading files, storage surgery, streams.
@@ -75,9 +77,8 @@ class Captured:
             self.fd = None
 
 
-def take_recipe(reply: dict[str, Any], fds: list[int]) -> Captured:
-    """The recipe part of a reply; its blob fd (the last fd) is taken out of `fds`."""
-    part = reply.pop("recipe", None)
+def take_recipe(part: dict[str, Any] | None, fds: list[int]) -> Captured:
+    """The recipe part of a run reply; its blob fd (the last fd) is taken out of `fds`."""
     if not isinstance(part, dict):
         return Captured(error="the worker sent no recipe")
     if isinstance(part.get("error"), str):
@@ -173,6 +174,27 @@ def recipe_ops(recipe: Recipe) -> list[list[Any]]:
     return out
 
 
+def replayed_audit(recipe: Recipe, audit: Audit) -> Audit:
+    """The verdict's audit with what the replay ran in place of the worker's word: the kernels
+    launched, the launches of one call, the PyTorch compute and glue ops (violations and the
+    epilogue stay as the in-process audit reported them: they may only reject)."""
+    ops: dict[str, int] = {}
+    glue: dict[str, int] = {}
+    for op in recipe.ops():
+        into = glue if base_name(op.name) in GLUE else ops
+        name = f"aten::{base_name(op.name)}"
+        into[name] = into.get(name, 0) + 1
+    launches = recipe.launches()
+    return audit.model_copy(
+        update={
+            "kernel_launches": len(launches),
+            "kernels": sorted({step.kernel for step in launches}),
+            "torch_ops": ops,
+            "glue_ops": glue,
+        }
+    )
+
+
 def _start(ev: Any, run: CandidateRun) -> CandidateRun:
     s = run.settings
     scratch = private_scratch() if s.sandbox == "rlimits" else None
@@ -210,15 +232,15 @@ def _load(
         **shared,
     }
     fd, captured.fd = captured.fd, None  # sent (and closed) with the request
-    reply, extra = rr.call(msg, [fd, *shared_fds], run.settings.budgets.import_s, "replay")
+    reply, extra = rr.ask(msg, [fd, *shared_fds], run.settings.budgets.import_s, "replay")
     for x in extra:
         os.close(x)
-    if not reply.get("ok"):
+    if isinstance(reply, Failure):
         raise Stop(_failed(reply, "the replay could not start"))
-    rr.session.transport.accept(reply)
+    rr.session.transport.accept(reply.shared)
 
 
-def _failed(reply: dict[str, Any], what: str) -> Verdict:
+def _failed(reply: Failure, what: str) -> Verdict:
     """A replayer's failure: the candidate's kernels' doing, named as its own run would be."""
     v = failure_verdict(reply, "replay", True)
     if v.status in (Status.INTERNAL_ERROR, Status.IMPORT_ERROR, Status.INIT_ERROR):
@@ -228,19 +250,25 @@ def _failed(reply: dict[str, Any], what: str) -> Verdict:
     return v
 
 
-def check(ev: Any, rr: CandidateRun, i: int, track: bool = False) -> None:
-    """One replay on fresh hidden inputs (trial `i`), compared here; a Stop if it is wrong."""
+def check(
+    ev: Any, rr: CandidateRun, i: int, track: bool = False, case: tuple[Case, str] | None = None
+) -> None:
+    """One replay on fresh hidden inputs: trial `i`'s, or `case` (a case and its distribution:
+    the re-check's after timing); compared here; a Stop if it is wrong."""
     s = rr.settings
-    dist = s.distributions[i % len(s.distributions)]
-    case = ev.case(rr.phases, rr.ref, ev.seed(rr.problem, REPLAY_SEED + 1 + i), dist)
+    dist = case[1] if case is not None else s.distributions[i % len(s.distributions)]
+    if case is not None:
+        case = case[0]
+    else:
+        case = ev.case(rr.phases, rr.ref, ev.seed(rr.problem, REPLAY_SEED + 1 + i), dist)
     carry, carry_fds = rr.session.transport.send(case)
     msg = {"op": "replay_run", **carry, "track": track}
-    reply, fds = rr.call(msg, carry_fds, s.budgets.correctness_s, "replay")
-    if not reply.get("ok"):
+    reply, fds = rr.ask(msg, carry_fds, s.budgets.correctness_s, "replay")
+    if isinstance(reply, Failure):
         for fd in fds:
             os.close(fd)
         raise Stop(_failed(reply, f"replay {i + 1} on fresh inputs ({dist})"))
-    outputs = rr.outputs(reply, fds)
+    outputs = rr.outputs(reply.outputs, fds)
     with judge_device(rr.device):
         status, mm, why = compare_to_reference(case, outputs, s, rr.problem)
     if status is not Status.CORRECT:
@@ -256,8 +284,8 @@ def check(ev: Any, rr: CandidateRun, i: int, track: bool = False) -> None:
         raise Stop(Verdict(status=Status.INPUT_MUTATED, phase="replay", compiled=True,
                            message="the replayed kernels modified their inputs in place"))  # fmt: skip
     if track:
-        flags = (reply.get("facts") or {}).get("from_kernel")
-        if not isinstance(flags, list) or not all(x is True for x in flags):
+        flags = reply.from_kernel
+        if flags is None or not all(flags):
             raise _hack(
                 "output_not_from_kernel",
                 "replayed alone, the kernels did not write every output (strict mode: each "

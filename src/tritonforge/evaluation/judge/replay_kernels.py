@@ -68,18 +68,66 @@ def kernel_module(source: str) -> tuple[str, list[str]]:
     bound |= {n for node in consts for n in _targets(node)}
     for k in kernels:
         _check_body(k, bound, imports, jit_names)
+    guarded = _guarded_imports(tree)
+    plain = _imports(ast.Module(body=[n for n in tree.body if not isinstance(n, ast.Try)]))
     lines = ["import triton", "import triton.language as tl"]
-    lines += [ast.unparse(imports[a][0]) for a in sorted(imports)]
+    lines += [ast.unparse(plain[a][0]) for a in sorted(plain)]
+    lines += [ast.unparse(t) for t in guarded]
     lines += [ast.unparse(c) for c in consts]
     for k in kernels:
         lines += ["", "", ast.unparse(_plain_jit(k))]
     return "\n".join(lines) + "\n", sorted(jit_names)
 
 
-def _imports(tree: ast.Module) -> dict[str, tuple[ast.stmt, tuple[str, ...]]]:
-    """Alias -> (an import statement binding only it, the module path it names)."""
-    out: dict[str, tuple[ast.stmt, tuple[str, ...]]] = {}
+_HANDLERS = {"ImportError", "ModuleNotFoundError", "AttributeError"}
+# Triton's host helpers a constant may call: arithmetic on integers only
+_PURE_HOST = {(("triton",), ("cdiv",)), (("triton",), ("next_power_of_2",))}
+
+
+def _guarded_imports(tree: ast.Module) -> list[ast.Try]:
+    """Top-level `try: import A except ImportError: import B` blocks made of allowed imports
+    only (libdevice's place moved between Triton versions): kept whole."""
+    out = []
     for node in tree.body:
+        if not isinstance(node, ast.Try) or node.finalbody:
+            continue
+        stmts = node.body + node.orelse + [s for h in node.handlers for s in h.body]
+        types_ok = all(
+            h.type is not None
+            and all(isinstance(n, ast.Name) and n.id in _HANDLERS for n in _names_of(h.type))
+            and h.name is None
+            for h in node.handlers
+        )
+        if (
+            types_ok
+            and stmts
+            and all(_allowed_import(st) or isinstance(st, ast.Pass) for st in stmts)
+        ):
+            out.append(node)
+    return out
+
+
+def _names_of(node: ast.expr) -> list[ast.expr]:
+    return list(node.elts) if isinstance(node, ast.Tuple) else [node]
+
+
+def _allowed_import(st: ast.stmt) -> bool:
+    if isinstance(st, ast.Import):
+        return all(_allowed_module(tuple(a.name.split("."))) for a in st.names)
+    if isinstance(st, ast.ImportFrom) and st.module and not st.level:
+        return all(
+            a.name != "*" and _allowed_module((*st.module.split("."), a.name)) for a in st.names
+        )
+    return False
+
+
+def _imports(tree: ast.Module) -> dict[str, tuple[ast.stmt, tuple[str, ...]]]:
+    """Alias -> (an import statement binding only it, the module path it names); the imports
+    of guarded blocks (`_guarded_imports`) are named here too, their first binding, and are
+    emitted with their block."""
+    out: dict[str, tuple[ast.stmt, tuple[str, ...]]] = {}
+    guarded = [st for t in _guarded_imports(tree) for st in t.body]
+    for node in [*tree.body, *guarded]:
         if isinstance(node, ast.Import):
             for a in node.names:
                 path = tuple(a.name.split("."))
@@ -148,6 +196,9 @@ def _const_expr(node: ast.AST, imports: dict[str, tuple[ast.stmt, tuple[str, ...
     if isinstance(node, ast.Call):
         if node.keywords or not all(_const_expr(a, imports) for a in node.args):
             return False
+        chain = name_chain(node.func)
+        if chain and chain[0] in imports and (imports[chain[0]][1], chain[1:]) in _PURE_HOST:
+            return True  # triton.cdiv(...), triton.next_power_of_2(...) of constants
         fn = _named(node.func, imports)
         return fn is not None and (fn is _constexpr_type() or _math_function(fn))
     obj = _named(node, imports)

@@ -44,6 +44,7 @@ SAFE_BUILTINS = frozenset(
     {"range", "min", "max", "len", "int", "float", "bool", "abs", "isinstance", "print", "tuple"}
     | {"list", "zip", "enumerate", "round", "pow", "divmod", "all", "any", "sum", "reversed"}
     | {"slice", "True", "False", "None", "ValueError", "AssertionError", "RuntimeError"}
+    | {"ImportError", "ModuleNotFoundError", "AttributeError"}  # guarded imports' handlers
 )
 IMPORTABLE = ("triton", "math", "torch._inductor.runtime")  # roots a kernel module may import
 # ops that carry their input's data on to their output: kernel data stays kernel data
