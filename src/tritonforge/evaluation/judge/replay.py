@@ -48,6 +48,7 @@ from tritonforge.evaluation.sandbox.recipe_format import (
     flatten,
     parse_recipe,
 )
+from tritonforge.evaluation.sandbox.replay_provenance import POISONS
 from tritonforge.types import Audit, Status, Verdict
 
 REPLAY_SEED = 2000  # hidden seeds of the replay trials: seed(problem, REPLAY_SEED + i)
@@ -151,7 +152,9 @@ def evidence(ev: Any, run: CandidateRun, captured: Captured | None) -> Candidate
     try:
         t = time.monotonic()
         for i in range(run.settings.replay_trials):
-            check(ev, replayer, i, track=i == 0 and run.settings.mode == "strict")
+            check(ev, replayer, i)
+        if run.settings.mode == "strict":
+            trace(ev, replayer)
         run.phases["replay"] += time.monotonic() - t
     except BaseException:
         close(replayer)
@@ -250,9 +253,7 @@ def _failed(reply: Failure, what: str) -> Verdict:
     return v
 
 
-def check(
-    ev: Any, rr: CandidateRun, i: int, track: bool = False, case: tuple[Case, str] | None = None
-) -> None:
+def check(ev: Any, rr: CandidateRun, i: int, case: tuple[Case, str] | None = None) -> None:
     """One replay on fresh hidden inputs: trial `i`'s, or `case` (a case and its distribution:
     the re-check's after timing); compared here; a Stop if it is wrong."""
     s = rr.settings
@@ -262,7 +263,7 @@ def check(
     else:
         case = ev.case(rr.phases, rr.ref, ev.seed(rr.problem, REPLAY_SEED + 1 + i), dist)
     carry, carry_fds = rr.session.transport.send(case)
-    msg = {"op": "replay_run", **carry, "track": track}
+    msg = {"op": "replay_run", **carry}
     reply, fds = rr.ask(msg, carry_fds, s.budgets.correctness_s, "replay")
     if isinstance(reply, Failure):
         for fd in fds:
@@ -283,11 +284,30 @@ def check(
     if rr.session.transport.mutated(case, bool(carry.get("shared"))):
         raise Stop(Verdict(status=Status.INPUT_MUTATED, phase="replay", compiled=True,
                            message="the replayed kernels modified their inputs in place"))  # fmt: skip
-    if track:
-        flags = reply.from_kernel
-        if flags is None or not all(flags):
-            raise _hack(
-                "output_not_from_kernel",
-                "replayed alone, the kernels did not write every output (strict mode: each "
-                "output must hold data a Triton kernel wrote in this call)",
-            )
+
+
+def trace(ev: Any, rr: CandidateRun) -> None:
+    """Strict mode: every element of every output holds data the replayed kernels wrote in the
+    call (sandbox/replay_provenance.py), traced on fresh inputs; again with a second poison
+    for an output that the first left partly uncredited."""
+    case = ev.case(rr.phases, rr.ref, ev.seed(rr.problem, REPLAY_SEED + 100), "native")
+    credited: list[bool] | None = None
+    for poison in POISONS:
+        carry, carry_fds = rr.session.transport.send(case)
+        msg = {"op": "replay_trace", **carry, "poison": poison}
+        reply, fds = rr.ask(msg, carry_fds, rr.settings.budgets.correctness_s, "replay")
+        for fd in fds:
+            os.close(fd)
+        if isinstance(reply, Failure):
+            raise Stop(_failed(reply, "tracing the replay's outputs"))
+        flags = list(reply.from_kernel)
+        credited = flags if credited is None else [a or b for a, b in zip(credited, flags)]
+        if all(credited):
+            return
+    bad = [i for i, ok in enumerate(credited or []) if not ok]
+    raise _hack(
+        "output_not_from_kernel",
+        f"replayed alone, the kernels did not write every element of output(s) {bad}: in strict "
+        "mode each output element must be written by a Triton kernel in this call (glue may "
+        "copy kernel results, never stand in for them)",
+    )

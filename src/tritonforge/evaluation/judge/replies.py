@@ -378,14 +378,22 @@ class ReplayReply:
     """The trusted replayer's answer to `replay_run` (parsed as strictly all the same)."""
 
     outputs: dict[str, Any]
-    from_kernel: tuple[bool, ...] | None
 
 
 def _replay(raw: dict[str, Any]) -> ReplayReply:
-    flags = lambda v: None if v is None else _list(v, _bool, 10_000)  # noqa: E731
-    f = _fields(raw, {"ok": _bool, "outputs": _dict, "facts": _dict})
-    facts = _fields(f["facts"], {"from_kernel": flags})
-    return ReplayReply(f["outputs"], facts["from_kernel"])
+    return ReplayReply(_fields(raw, {"ok": _bool, "outputs": _dict})["outputs"])
+
+
+@dataclass(frozen=True)
+class TraceReply:
+    """The replayer's answer to `replay_trace`: per output, every element kernel data."""
+
+    from_kernel: tuple[bool, ...]
+
+
+def _trace(raw: dict[str, Any]) -> TraceReply:
+    f = _fields(raw, {"ok": _bool, "from_kernel": lambda v: _list(v, _bool, 10_000)})
+    return TraceReply(f["from_kernel"])
 
 
 @dataclass(frozen=True)
@@ -404,6 +412,7 @@ _KINDS = {
     "time": _time,
     "replay_load": _replay_loaded,
     "replay_run": _replay,
+    "replay_trace": _trace,
 }
 
 

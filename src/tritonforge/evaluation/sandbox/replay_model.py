@@ -10,9 +10,8 @@ and the storages the steps make. A launch runs the kernel module's function of t
 the recipe's grid, arguments and options; an op runs `torch.ops.aten` with the recipe's
 arguments. No other candidate code exists here: the process is a worker forked into the sandbox
 (the same isolation as a candidate's), whose audit is not armed. Every view is bounds-checked
-against its storage before it is made. `tracked(*inputs)` also snapshots each launch's storages
-to see which ones its kernel changed and follows kernel data through copy ops, so the judge can
-require that every output holds data a kernel wrote (strict mode).
+against its storage before it is made. Strict mode's per-element provenance runs the same
+steps traced (replay_provenance.py).
 Does not cover: which steps a mode allows (judge/replay.py), the wire format (recipe_format.py).
 """
 
@@ -26,7 +25,7 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox.glue import LAYOUT, base_name
+from tritonforge.evaluation.sandbox.glue import LAYOUT
 from tritonforge.evaluation.sandbox.protocol import DTYPES
 from tritonforge.evaluation.sandbox.recipe_format import (
     Descriptor,
@@ -111,58 +110,26 @@ class ReplayModel(torch.nn.Module):
             self.live[sid].copy_(self.pristine[sid])
 
     def forward(self, *inputs: Any) -> Any:
-        return self._run(list(inputs), None)
-
-    def tracked(self, *inputs: Any) -> tuple[Any, list[bool]]:
-        """The outputs and, per output tensor, whether its data came from a kernel of this call
-        (written by a launch, or copied by a copy op from such data)."""
-        derived: dict[int, bool] = {}
-        out = self._run(list(inputs), derived)
-        leaves = [v for v in flatten(self.recipe.outputs) if isinstance(v, View)]
-        return out, [v.kind == "st" and derived.get(v.index, False) for v in leaves]
+        return self._run(list(inputs))
 
     # -- running ---------------------------------------------------------------------------------
-    def _run(self, inputs: list[Any], derived: dict[int, bool] | None) -> Any:
+    def inputs_of(self, inputs: list[Any]) -> list[torch.Tensor]:
         ins = [t for v in inputs for t in _tensors(v)]
         if len(ins) != self.recipe.inputs:
             raise ReplayError(f"{len(ins)} input tensors, the recipe has {self.recipe.inputs}")
+        return ins
+
+    def _run(self, inputs: list[Any]) -> Any:
+        ins = self.inputs_of(inputs)
         st: dict[int, torch.Tensor] = dict(self.live)
         for step in self.recipe.steps:
+            args = [self._value(v, st, ins) for v in step.args]
+            kwargs = {k: self._value(v, st, ins) for k, v in step.kwargs}
             if isinstance(step, Launch):
-                self._launch(step, st, ins, derived)
+                self.kernels[step.kernel][tuple(step.grid)](*args, **kwargs)
             else:
-                self._op(step, st, ins, derived)
+                self._bind(step.out, self.ops[step.name](*args, **kwargs), st)
         return self._value(self.recipe.outputs, st, ins)
-
-    def _launch(self, step: Launch, st: dict, ins: list, derived: dict | None) -> None:
-        args = [self._value(v, st, ins) for v in step.args]
-        kwargs = {k: self._value(v, st, ins) for k, v in step.kwargs}
-        sids = {v.index for v in _views(step.args, step.kwargs) if v.kind == "st"}
-        before = {s: st[s].clone() for s in sids} if derived is not None else {}
-        self.kernels[step.kernel][tuple(step.grid)](*args, **kwargs)
-        if derived is not None:
-            if self.device_name != "cpu":
-                torch.cuda.synchronize()
-            for s, snap in before.items():
-                if not torch.equal(snap, st[s]):
-                    derived[s] = True
-
-    def _op(self, step: Op, st: dict, ins: list, derived: dict | None) -> None:
-        op = self.ops[step.name]
-        args = [self._value(v, st, ins) for v in step.args]
-        kwargs = {k: self._value(v, st, ins) for k, v in step.kwargs}
-        result = op(*args, **kwargs)
-        made = self._bind(step.out, result, st)
-        if derived is None:
-            return
-        writes = _write_args(op, step) | set(made)
-        reads = [v for i, v in enumerate(step.args) if i not in _write_positions(op)]
-        reads += [v for k, v in step.kwargs if k not in _write_names(op)]
-        read_views = [v for x in reads for v in flatten(x) if isinstance(v, View)]
-        carries = base_name(step.name) in COPIES and bool(read_views)
-        carries = carries and all(v.kind == "st" and derived.get(v.index) for v in read_views)
-        for s in writes:
-            derived[s] = carries
 
     def _bind(self, out: Value, result: Any, st: dict) -> list[int]:
         """Storages of an op's result in the recipe's terms; returns the storage ids it made."""
@@ -251,12 +218,12 @@ def _op(name: str) -> Any:
         raise ReplayError(f"no aten op {name}") from None
 
 
-def _write_positions(op: Any) -> set[int]:
+def write_positions(op: Any) -> set[int]:
     args = op._schema.arguments
     return {i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write}
 
 
-def _write_names(op: Any) -> set[str]:
+def write_names(op: Any) -> set[str]:
     return {
         a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write
     }
@@ -264,7 +231,7 @@ def _write_names(op: Any) -> set[str]:
 
 def _write_args(op: Any, step: Op) -> set[int]:
     """Storage ids the op writes through its arguments (in place, `out=`)."""
-    pos, names = _write_positions(op), _write_names(op)
+    pos, names = write_positions(op), write_names(op)
     chosen = [v for i, v in enumerate(step.args) if i in pos]
     chosen += [v for k, v in step.kwargs if k in names]
     return {v.index for x in chosen for v in flatten(x) if isinstance(v, View) and v.kind == "st"}

@@ -37,6 +37,7 @@ from tritonforge.evaluation.sandbox import (
     recipe,
     reference_host,
     replay_model,
+    replay_provenance,
     sealed,
     seccomp,
     timing_loop,
@@ -376,16 +377,12 @@ class Worker:
         self.reply({"ok": True, **({"shared": shared} if shared is not None else {})})
 
     def replay_run(self, msg: dict[str, Any], fds: list[int]) -> None:
-        """One replayed call on the judge's inputs (constants restored first); with `track`, which
-        outputs hold data a kernel of this call wrote."""
+        """One replayed call on the judge's inputs (constants restored first): its outputs."""
         inputs = self._inputs(msg, fds)
         try:
             self.model.reset()
             with torch.no_grad():
-                if msg.get("track"):
-                    out, derived = self.model.tracked(*inputs)
-                else:
-                    out, derived = self.model(*inputs), None
+                out = self.model(*inputs)
             self._sync()
             shared = self.shared_out if msg.get("shared_out") else None
             desc, out_fds = outputs.copy_out(out, shared)
@@ -393,10 +390,23 @@ class Worker:
             self._replay_failed(exc, "replay")
             return
         try:
-            self.reply({"ok": True, "outputs": desc, "facts": {"from_kernel": derived}}, out_fds)
+            self.reply({"ok": True, "outputs": desc}, out_fds)
         finally:
             for fd in out_fds:
                 os.close(fd)
+
+    def replay_trace(self, msg: dict[str, Any], fds: list[int]) -> None:
+        """One replayed call traced (replay_provenance.py): per output, whether every element
+        holds data a kernel of this call wrote. Its outputs are not sent (poisoned bytes)."""
+        inputs = self._inputs(msg, fds)
+        try:
+            with torch.no_grad():
+                flags = replay_provenance.provenance(self.model, inputs, int(msg["poison"]) & 0xFF)
+            self._sync()
+        except Exception as exc:
+            self._replay_failed(exc, "replay")
+            return
+        self.reply({"ok": True, "from_kernel": flags})
 
     def _replay_failed(self, exc: BaseException, phase: str) -> None:
         status = classify_exception(exc, phase, raised_in_kernel(exc, self.kernel_codes))
@@ -422,6 +432,7 @@ class Worker:
             "ref_drop": lambda m, f: reference_host.drop(self, m, f),
             "replay_load": self.replay_load,
             "replay_run": self.replay_run,
+            "replay_trace": self.replay_trace,
         }
         while True:
             msg, fds = self.reader.recv(None)
