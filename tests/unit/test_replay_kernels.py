@@ -66,7 +66,8 @@ class ModelNew(torch.nn.Module):
 
 
 def test_kernels_constants_and_imports_are_kept_and_nothing_else() -> None:
-    src, names = kernel_module(GOOD)
+    mod = kernel_module(GOOD)
+    src, names = mod.source, mod.names
     assert names == ["helper", "scaled"]
     assert "@triton.jit(do_not_specialize=['n'])" in src
     assert "autotune" not in src and "heuristics" not in src and "lambda" not in src
@@ -84,13 +85,19 @@ def _kernel(body: str, extra: str = "") -> str:
 @pytest.mark.parametrize(
     "body, extra, why",
     [
-        ("__import__('os').system('true')", "", "'__import__'"),
+        ("__import__('os').system('true')", "", ".system of a value"),
+        ("__import__('os')", "", "'__import__'"),
         ("f = getattr(tl, 'load')", "", "'getattr'"),
         ("open('/tmp/x', 'w')", "", "'open'"),
         ("x = STATE", "STATE = {'a': 1}", "'STATE'"),
         ("x = helper(n)", "def helper(n):\n    return n", "'helper'"),
-        ("x = torch.ones(1)", "", "'torch'"),
-        ("x = os.getpid()", "", "'os'"),
+        ("x = torch.ones(1)", "", ".ones of a value"),
+        ("x = torch", "", "'torch'"),
+        ("x = os.getpid()", "", ".getpid of a value"),
+        ("x = os", "", "'os'"),
+        ("x_ptr.numpy()", "", ".numpy of a value"),
+        ("BLOCK.memo = 1", "", "assigns to an attribute"),
+        ("tl.static_print(f'{x_ptr!r}')", "", "JoinedStr"),
         ("x = tl.load(x_ptr).handle", "", ".handle"),
         ("x = tl.__dict__", "", ".__dict__"),
         ("x = tl.load.__globals__", "", ".__globals__"),
@@ -115,9 +122,36 @@ def test_kernel_bodies_that_reach_outside_triton_are_refused(
     assert why in str(err.value)
 
 
-def test_non_literal_defaults_are_refused() -> None:
-    src = HEADER + "\n@triton.jit\ndef k(x_ptr, n=os.getpid()):\n    pass\n"
+@pytest.mark.parametrize("default", ["os.getpid()", "[]", "{}"])
+def test_defaults_that_are_not_scalar_literals_are_refused(default: str) -> None:
+    """A mutable default (a list) would be Python state the replayer cannot restore."""
+    src = HEADER + f"\n@triton.jit\ndef k(x_ptr, n={default}):\n    pass\n"
     with pytest.raises(KernelRefused, match="default"):
+        kernel_module(src)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "MODE = 0\nMODE += 1",
+        "MODE = 0\nif True:\n    MODE = 1",
+        "MODE = 0\ndef f():\n    global MODE\n    MODE = 2",
+        "MODE = 0\nfor MODE in range(2):\n    pass",
+    ],
+)
+def test_globals_bound_more_than_once_are_state(extra: str) -> None:
+    """The replayer's module holds the top-level constant; a rebinding anywhere in the module
+    (the worker runs with the rebound value) makes the name state, which a kernel may not read."""
+    with pytest.raises(KernelRefused, match="'MODE'"):
+        kernel_module(_kernel("x = MODE", extra))
+
+
+def test_a_kernel_bound_twice_is_refused() -> None:
+    src = (
+        _kernel("pass")
+        + "\nif True:\n    @triton.jit\n    def k(x_ptr, n, BLOCK: tl.constexpr):\n        pass\n"
+    )
+    with pytest.raises(KernelRefused, match="more than once"):
         kernel_module(src)
 
 
@@ -144,7 +178,8 @@ x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
 y = libdevice.exp(x) * math.pi + tl.math.rsqrt(x)
 tl.store(x_ptr + offs, y.to(tl.float16), mask=offs < n)
 """
-    src, names = kernel_module(_kernel(body))
+    mod = kernel_module(_kernel(body))
+    src, names = mod.source, mod.names
     assert names == ["k"] and "from triton.language.extra import libdevice" in src
 
 
@@ -160,7 +195,8 @@ def test_guarded_imports_and_triton_host_helpers_in_constants() -> None:
         "@triton.jit\ndef k(x_ptr):\n    x = tl.load(x_ptr + tl.arange(0, BLOCK))\n"
         "    tl.store(x_ptr + tl.arange(0, BLOCK), libdevice.exp(x))\n"
     )
-    out, names = kernel_module(src)
+    mod = kernel_module(src)
+    out, names = mod.source, mod.names
     assert names == ["k"] and "except ImportError:" in out and "next_power_of_2(100)" in out
     compile(out, "<kernels>", "exec")
     bad = src.replace("except ImportError:", "except ImportError:\n    import os")

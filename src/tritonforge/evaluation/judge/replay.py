@@ -34,7 +34,7 @@ from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_v
 from tritonforge.evaluation.judge.compare import compare_to_reference
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.reference import Case
-from tritonforge.evaluation.judge.replay_kernels import KernelRefused, kernel_module
+from tritonforge.evaluation.judge.replay_kernels import KernelModule, KernelRefused, kernel_module
 from tritonforge.evaluation.judge.replies import Failure
 from tritonforge.evaluation.judge.session import Session
 from tritonforge.evaluation.judge.transport import Transport
@@ -43,6 +43,7 @@ from tritonforge.evaluation.sandbox.glue import GLUE, base_name
 from tritonforge.evaluation.sandbox.recipe_format import (
     Recipe,
     RecipeError,
+    Scalar,
     View,
     encode_recipe,
     flatten,
@@ -106,6 +107,47 @@ def allowed_steps(recipe: Recipe, mode: str) -> tuple[str, str] | None:
     return None
 
 
+# what JITFunction.run takes besides the kernel's parameters
+LAUNCH_OPTIONS = frozenset(
+    {
+        "num_warps",
+        "num_stages",
+        "num_ctas",
+        "maxnreg",
+        "enable_fp_fusion",
+        "launch_cooperative_grid",
+    }
+    | {"launch_pdl", "enable_reflect_ftz", "debug", "sanitize_overflow", "instrumentation_mode"}
+)
+
+
+def launch_arguments(recipe: Recipe, kernels: KernelModule) -> str | None:
+    """Why a launch's arguments do not fit its kernel (None when every one does): a kernel the
+    module does not hold, too many positional arguments, an unknown keyword, or anything but a
+    plain value bound to a `tl.constexpr` parameter (under the CPU interpreter a constexpr
+    reaches the body as the object itself: a tensor there is PyTorch inside the kernel; on a
+    GPU it does not compile)."""
+    for step in recipe.launches():
+        params = kernels.params.get(step.kernel)
+        if params is None:
+            return f"a launch of {step.kernel!r}, which is no top-level @triton.jit kernel"
+        if len(step.args) > len(params):
+            return f"{step.kernel} launched with {len(step.args)} arguments for {len(params)}"
+        bound = dict(zip([p for p, _ in params], step.args))
+        constexpr = {p for p, c in params if c}
+        for name, value in step.kwargs:
+            if name not in dict(params) and name not in LAUNCH_OPTIONS:
+                return f"{step.kernel} launched with an unknown keyword {name!r}"
+            bound[name] = value
+        for name, value in bound.items():
+            if name in constexpr and not all(isinstance(v, Scalar) for v in flatten(value)):
+                return (
+                    f"{step.kernel}'s tl.constexpr parameter {name} was given a tensor: a "
+                    "constexpr must be a plain value"
+                )
+    return None
+
+
 def _hack(rule: str, message: str, phase: str = "replay") -> Stop:
     return Stop(Verdict(status=Status.REWARD_HACK, rule=rule, phase=phase, message=message,
                         compiled=True))  # fmt: skip
@@ -134,9 +176,13 @@ def evidence(ev: Any, run: CandidateRun, captured: Captured | None) -> Candidate
     try:
         recipe = parse(captured, run)
         try:
-            module, _ = kernel_module(run.source)
+            kernels = kernel_module(run.source)
         except KernelRefused as exc:
             raise _hack("unreplayable", f"the kernels cannot be replayed alone: {exc}") from None
+        bad = launch_arguments(recipe, kernels)
+        if bad:
+            raise _hack("unreplayable", bad)
+        module = kernels.source
         t = time.monotonic()
         replayer = _start(ev, run)
         replayer.recipe = recipe
@@ -243,12 +289,24 @@ def _load(
     rr.session.transport.accept(reply.shared)
 
 
+# a replay that fails this way, after the candidate's own run of the same kernels passed, did
+# not run what the candidate's process ran: a hack, not the candidate's honest failure
+_DIVERGED = (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.ILLEGAL_MEMORY_ACCESS, Status.CRASH)
+
+
 def _failed(reply: Failure, what: str) -> Verdict:
-    """A replayer's failure: the candidate's kernels' doing, named as its own run would be."""
+    """A replayer's failure: `unreplayable` when the recipe cannot run, `replay_mismatch` when
+    the kernels that ran in the candidate's process fail alone; out of time or memory it is
+    named as the candidate's own run would be."""
     v = failure_verdict(reply, "replay", True)
     if v.status in (Status.INTERNAL_ERROR, Status.IMPORT_ERROR, Status.INIT_ERROR):
         return Verdict(status=Status.REWARD_HACK, rule="unreplayable", phase="replay",
                        compiled=True, message=f"{what}: {v.message}"[:4000])  # fmt: skip
+    if v.status in _DIVERGED:
+        return Verdict(status=Status.REWARD_HACK, rule="replay_mismatch", phase="replay",
+                       compiled=True, message=f"{what}: the kernels, which ran in the "
+                       f"candidate's process, failed when replayed alone ({v.status.value}): "
+                       f"{v.message}"[:4000])  # fmt: skip
     v.message = f"{what}: {v.message}"
     return v
 

@@ -22,10 +22,13 @@ Does not cover: what the recipe launches (judge/replay.py), running anything.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import types
+from dataclasses import dataclass
 from typing import Any
 
+from tritonforge.evaluation.judge.checks import _PARSE_LOCK
 from tritonforge.evaluation.judge.inductor_rules import KERNEL_HELPERS
 from tritonforge.evaluation.judge.kernel_checks import (
     INTERPRETER_INTERNALS,
@@ -43,7 +46,7 @@ _ALLOWED_NODES = (
     ast.While, ast.If, ast.Expr, ast.Pass, ast.Break, ast.Continue, ast.Assert, ast.BinOp,
     ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Call, ast.Attribute, ast.Subscript, ast.Slice,
     ast.Name, ast.Constant, ast.Tuple, ast.List, ast.IfExp, ast.keyword, ast.Starred,
-    ast.JoinedStr, ast.FormattedValue, ast.Load, ast.Store, ast.Del, ast.operator,
+    ast.Load, ast.Store, ast.Del, ast.operator,
     ast.unaryop, ast.boolop, ast.cmpop, ast.expr_context,
 )  # fmt: skip
 _JIT_KWARGS = {"do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline"}
@@ -53,22 +56,36 @@ class KernelRefused(Exception):
     """The source's kernels cannot be replayed alone (the message says why)."""
 
 
-def kernel_module(source: str) -> tuple[str, list[str]]:
-    """(module source, kernel names) of the candidate's top-level @triton.jit functions."""
+@dataclass(frozen=True)
+class KernelModule:
+    """The module the replayer imports, and each kernel's parameters: (name, constexpr)."""
+
+    source: str
+    names: list[str]
+    params: dict[str, tuple[tuple[str, bool], ...]]
+
+
+def kernel_module(source: str) -> KernelModule:
+    """The module of the candidate's top-level @triton.jit functions (see the docstring)."""
     try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
+        with _PARSE_LOCK:
+            tree = ast.parse(source)
+    except (SyntaxError, RecursionError, ValueError) as exc:
         raise KernelRefused(f"the source does not parse: {exc}") from None
     _, names = _module_bindings(tree)
     kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and is_jit(n)]
     jit_names = {k.name for k in kernels}
     imports = _imports(tree)
-    bound = {a for a in imports} | jit_names
-    consts = _constants(tree, names, imports, kernels)
-    bound |= {n for node in consts for n in _targets(node)}
-    for k in kernels:
-        _check_body(k, bound, imports, jit_names)
     guarded = _guarded_imports(tree)
+    counts = _binding_counts(tree, guarded)
+    for name in jit_names:
+        if counts.get(name, 0) != 1:
+            raise KernelRefused(f"kernel {name} is bound more than once in the module")
+    consts = _constants(tree, names, imports, kernels)
+    bound = set(imports) | jit_names | {n for node in consts for n in _targets(node)}
+    once = {n for n in bound if counts.get(n, 0) == 1}
+    for k in kernels:
+        _check_body(k, once, imports, jit_names)
     plain = _imports(ast.Module(body=[n for n in tree.body if not isinstance(n, ast.Try)]))
     lines = ["import triton", "import triton.language as tl"]
     lines += [ast.unparse(plain[a][0]) for a in sorted(plain)]
@@ -76,7 +93,64 @@ def kernel_module(source: str) -> tuple[str, list[str]]:
     lines += [ast.unparse(c) for c in consts]
     for k in kernels:
         lines += ["", "", ast.unparse(_plain_jit(k))]
-    return "\n".join(lines) + "\n", sorted(jit_names)
+    params = {k.name: _params(k) for k in kernels}
+    return KernelModule("\n".join(lines) + "\n", sorted(jit_names), params)
+
+
+def _params(fn: ast.FunctionDef) -> tuple[tuple[str, bool], ...]:
+    """The kernel's parameters in order, each with whether it is a `tl.constexpr`."""
+    args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+    out = []
+    for a in args:
+        chain = name_chain(a.annotation) if a.annotation is not None else ()
+        is_constexpr = bool(chain) and chain[-1] == "constexpr"
+        if isinstance(a.annotation, ast.Constant) and isinstance(a.annotation.value, str):
+            is_constexpr = a.annotation.value.split(".")[-1] == "constexpr"
+        out.append((a.arg, is_constexpr))
+    return tuple(out)
+
+
+def _binding_counts(tree: ast.Module, guarded: list[ast.Try]) -> dict[str, int]:
+    """How many times each name is bound at module level, anywhere outside function and class
+    bodies (nested blocks, augmented assignments, walrus, for/with/except targets, imports,
+    `del`, def/class names); a name some function declares `global` counts as bound many times.
+    A guarded import block (`_guarded_imports`) binds its names once."""
+    counts: dict[str, int] = {}
+
+    def add(name: str, n: int = 1) -> None:
+        counts[name] = counts.get(name, 0) + n
+
+    def visit(stmts: list[ast.stmt]) -> None:
+        for st in stmts:
+            if any(st is g for g in guarded):
+                for alias in {a.asname or a.name.split(".")[0] for i in st.body
+                              for a in getattr(i, "names", [])}:  # fmt: skip
+                    add(alias)
+                continue
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                add(st.name)
+                continue
+            if isinstance(st, (ast.Import, ast.ImportFrom)):
+                for a in st.names:
+                    add(a.asname or a.name.split(".")[0])
+                continue
+            for node in ast.walk(st):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                    add(node.id)
+                elif isinstance(node, ast.ExceptHandler) and node.name:
+                    add(node.name)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    add(node.name)
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    for a in node.names:
+                        add(a.asname or a.name.split(".")[0])
+
+    visit(tree.body)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            for name in node.names:
+                add(name, 2)
+    return counts
 
 
 _HANDLERS = {"ImportError", "ModuleNotFoundError", "AttributeError"}
@@ -245,6 +319,31 @@ def _plain_jit(fn: ast.FunctionDef) -> ast.FunctionDef:
     return ast.fix_missing_locations(new)
 
 
+def _scalar_literal(node: ast.AST) -> bool:
+    """A literal number, string, bool, None, or a tuple of them (immutable: no state)."""
+    if isinstance(node, ast.Tuple):
+        return all(_scalar_literal(e) for e in node.elts)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return _scalar_literal(node.operand)
+    return isinstance(node, ast.Constant) and type(node.value) in (
+        int,
+        float,
+        bool,
+        str,
+        type(None),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _value_members() -> frozenset[str]:
+    """Public members of the values a kernel body holds: Triton tensors, constexprs, dtypes."""
+    import triton.language as tl
+
+    kinds = [tl.tensor, tl.constexpr, tl.dtype, tl.pointer_type, tl.block_type]
+    names = {n for k in kinds for n in dir(k) if not n.startswith("_")}
+    return frozenset(names - INTERPRETER_INTERNALS)
+
+
 def _literal(node: ast.AST) -> bool:
     try:
         ast.literal_eval(node)
@@ -264,8 +363,8 @@ def _check_body(
     if fn.args.vararg or fn.args.kwarg:
         raise KernelRefused(f"kernel {fn.name} takes *args or **kwargs")
     for default in fn.args.defaults + [d for d in fn.args.kw_defaults if d is not None]:
-        if not _literal(default):
-            raise KernelRefused(f"kernel {fn.name} has a default that is not a literal")
+        if not _scalar_literal(default):
+            raise KernelRefused(f"kernel {fn.name} has a default that is not a literal scalar")
     nodes = [n for stmt in fn.body for n in ast.walk(stmt)]
     nodes += [n for a in fn.args.args + fn.args.kwonlyargs for n in ast.walk(a)]
     local |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
@@ -275,12 +374,20 @@ def _check_body(
                 f"kernel {fn.name} uses {type(node).__name__} (line {getattr(node, 'lineno', '?')}),"
                 " which a replayed kernel may not"
             )
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and not isinstance(node.ctx, ast.Load):
+            raise KernelRefused(f"kernel {fn.name} assigns to an attribute or an item (line "
+                                f"{node.lineno}): a kernel keeps no Python state")  # fmt: skip
         if isinstance(node, ast.Attribute):
             if node.attr.startswith("_") or node.attr in INTERPRETER_INTERNALS:
                 raise KernelRefused(f"kernel {fn.name} reads the attribute .{node.attr}")
             chain = name_chain(node)
             if chain and chain[0] in imports and chain[0] not in local:
                 _resolve(fn.name, imports[chain[0]][1], chain[1:])
+            elif node.attr not in _value_members():
+                raise KernelRefused(
+                    f"kernel {fn.name} reads .{node.attr} of a value: only the members of "
+                    "Triton's tensors, constexprs and dtypes"
+                )
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             if node.id in local or node.id in bound or node.id in SAFE_BUILTINS:
                 continue

@@ -41,6 +41,7 @@ MAX_VALUE_NODES = 2_000_000  # every VALUE node of a recipe, summed
 MAX_DIMS = 8
 MAX_DEPTH = 6
 MAX_NAME = 200
+MAX_TEXT = 4096  # a string argument
 MEMORY_FORMATS = ("contiguous_format", "channels_last", "channels_last_3d", "preserve_format")
 _OP_NAME = re.compile(r"^aten::[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -237,7 +238,7 @@ class _Parser:
             raise RecipeError("a step must be an object")
         if set(x) == {"launch", "grid", "args", "kwargs"}:
             name = x["launch"]
-            if type(name) is not str or not _IDENT.match(name) or len(name) > MAX_NAME:
+            if type(name) is not str or not name.isidentifier() or len(name) > MAX_NAME:
                 raise RecipeError(f"bad kernel name {name!r:.40}")
             grid = _ints(x["grid"], "grid", 0, 2**31 - 1, most=3)
             if not grid:
@@ -266,7 +267,7 @@ def _scalar(kind: str, body: Any) -> Any:
         return body
     if kind == "n" and body == 0 and type(body) is int:
         return None
-    if kind == "s" and type(body) is str and len(body) <= MAX_NAME:
+    if kind == "s" and type(body) is str and len(body) <= MAX_TEXT:
         return body
     if kind == "dt" and body in DTYPES:
         return body

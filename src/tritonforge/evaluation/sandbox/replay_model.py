@@ -4,8 +4,8 @@ Covers: `load_kernels` (the judge's kernel module, judge/replay_kernels.py, impo
 in the replayer's scratch directory with restricted builtins: its imports may name only Triton,
 `math` and Inductor's `triton_helpers`), and `ReplayModel`, an nn.Module whose `forward(*inputs)`
 runs the recipe's steps on views of the given inputs and of its own storages: the constants
-(copies of the bytes the candidate's worker sent; those a step may write are restored from a
-pristine copy by `reset()` before every call, so no state survives from one call to the next),
+(copies of the bytes the candidate's worker sent, every one restored from a pristine copy by
+`reset()` before every call, so no state survives from one call to the next),
 and the storages the steps make. A launch runs the kernel module's function of that name with
 the recipe's grid, arguments and options; an op runs `torch.ops.aten` with the recipe's
 arguments. No other candidate code exists here: the process is a worker forked into the sandbox
@@ -30,13 +30,11 @@ from tritonforge.evaluation.sandbox.protocol import DTYPES
 from tritonforge.evaluation.sandbox.recipe_format import (
     Descriptor,
     Launch,
-    Op,
     Recipe,
     Scalar,
     Seq,
     Value,
     View,
-    flatten,
 )
 
 SAFE_BUILTINS = frozenset(
@@ -94,20 +92,18 @@ class ReplayModel(torch.nn.Module):
                 raise ReplayError(f"no @triton.jit kernel named {step.kernel!r} in the source")
             self.kernels[step.kernel] = fn
         self.ops = {s.name: _op(s.name) for s in recipe.ops()}
-        written = _written_constants(recipe, self.ops)
         self.pristine: dict[int, torch.Tensor] = {}
         self.live: dict[int, torch.Tensor] = {}
         for sid, nbytes, offset, host in recipe.constants:
             where = "cpu" if host else device
-            copy = blob[offset : offset + nbytes].to(where, copy=True)
-            self.pristine[sid] = copy
-            self.live[sid] = copy.clone() if sid in written else copy
-        self.restore = sorted(written)
+            self.pristine[sid] = blob[offset : offset + nbytes].to(where, copy=True)
+            self.live[sid] = self.pristine[sid].clone()
 
     def reset(self) -> None:
-        """Every constant a step may write back to the bytes the recipe gave (not timed)."""
-        for sid in self.restore:
-            self.live[sid].copy_(self.pristine[sid])
+        """Every constant back to the bytes the recipe gave (not timed). All of them: an op may
+        write a tensor its schema does not say it writes (batch norm's running statistics)."""
+        for sid, live in self.live.items():
+            live.copy_(self.pristine[sid])
 
     def forward(self, *inputs: Any) -> Any:
         return self._run(list(inputs))
@@ -193,7 +189,7 @@ class ReplayModel(torch.nn.Module):
             base = ins[v.index]
             storage = base.untyped_storage()
             start = base.storage_offset() * base.element_size() + v.offset
-            room = storage.nbytes() - start
+            room = _extent(base) - v.offset  # the input's own bytes, not its whole storage
         else:
             base = st.get(v.index)
             if base is None:
@@ -229,35 +225,11 @@ def write_names(op: Any) -> set[str]:
     }
 
 
-def _write_args(op: Any, step: Op) -> set[int]:
-    """Storage ids the op writes through its arguments (in place, `out=`)."""
-    pos, names = write_positions(op), write_names(op)
-    chosen = [v for i, v in enumerate(step.args) if i in pos]
-    chosen += [v for k, v in step.kwargs if k in names]
-    return {v.index for x in chosen for v in flatten(x) if isinstance(v, View) and v.kind == "st"}
-
-
-def _views(args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...]) -> list[View]:
-    out = []
-    for v in [*args, *(x for _, x in kwargs)]:
-        for leaf in flatten(v):
-            if isinstance(leaf, View):
-                out.append(leaf)
-            elif isinstance(leaf, Descriptor):
-                out.append(leaf.base)
-    return out
-
-
-def _written_constants(recipe: Recipe, ops: dict[str, Any]) -> set[int]:
-    """Constants a step may write: any a kernel is given, those an op writes in place."""
-    constants = {c[0] for c in recipe.constants}
-    out: set[int] = set()
-    for step in recipe.steps:
-        if isinstance(step, Launch):
-            out |= {v.index for v in _views(step.args, step.kwargs) if v.kind == "st"}
-        else:
-            out |= _write_args(ops[step.name], step)
-    return out & constants
+def _extent(t: torch.Tensor) -> int:
+    """Bytes from the tensor's first element to one past its last."""
+    if t.numel() == 0:
+        return 0
+    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:

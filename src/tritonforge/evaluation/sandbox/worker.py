@@ -356,6 +356,7 @@ class Worker:
         and the audit is not armed."""
         self.device = msg.get("device", "cpu")
         self.replay = True
+        audit.STATE.bounded = True  # interpreted kernels touch only their launch's tensors
         if self.device.startswith("cuda"):
             torch.empty(1, device=self.device)
         shared = self._map_shared(msg["shared"], fds[1:]) if "shared" in msg else None

@@ -28,7 +28,7 @@ def settings(case: dict[str, Any], mode: str) -> Any:
     for key, value in (case.get("settings_hybrid") or {}).items() if mode == "hybrid" else ():
         setattr(s, key, value)
     if case.get("sandbox") == "rlimits":
-        s.sandbox, s.sandbox_allow_root = "rlimits", True
+        s.sandbox = "rlimits"
     return s
 
 
