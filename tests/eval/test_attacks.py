@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import helpers.hack_corpus as hc
-from helpers.nobody_python import needs_exposing, rlimits_evaluator
+from helpers.nobody_python import needs_exposing, sandbox_evaluator
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status, Verdict
@@ -47,7 +47,7 @@ def strict() -> Iterator[Evaluator]:
 def degraded() -> Iterator[Evaluator]:
     s = hc.base_settings("strict")
     s.sandbox = "rlimits"
-    with rlimits_evaluator(s) as ev:
+    with sandbox_evaluator(s) as ev:
         yield ev
 
 
@@ -61,25 +61,9 @@ def judge(
     ev: Evaluator, case: dict[str, Any], mode: str, sandbox: str = "auto"
 ) -> tuple[Verdict, list[str]]:
     """Evaluate one attack under MachineWatch; returns the verdict and the machine damage."""
-    watch = hc.MachineWatch()
-    try:
-        s = hc.settings_for(case, mode)
-        s.sandbox = sandbox
-        v = ev.evaluate(hc.problem(case["problem"]), watch.render(case["source"]), s)
-        res = ev.started().get("cpu")
-        server = res.server if res is not None else None
-        damage = watch.damage()
-        if server is not None and v.phase != "static":
-            assert server.proc is not None and server.proc.poll() is None, "fork server died"
-            left = hc.wait_no_descendants(server.proc.pid, keep=res.own_pids())
-            if left:
-                damage.append(f"processes left under the fork server: {left}")
-        cap = s.limits.output_bytes + 200
-        if len(v.stdout_tail) > cap or len(v.stderr_tail) > cap:
-            damage.append(f"output not capped: {len(v.stdout_tail)}/{len(v.stderr_tail)} bytes")
-        return v, damage
-    finally:
-        watch.close()
+    s = hc.settings_for(case, mode)
+    s.sandbox = sandbox
+    return hc.judge_case(ev, case, s)
 
 
 def expect(v: Verdict, case: dict[str, Any], status: str, rule: str | None) -> None:
@@ -189,7 +173,7 @@ def test_rlimits_sandbox_never_runs_as_root() -> None:
         assert "interpreter_unreachable" in v.message and not v.correct, v.message
     else:
         assert v.status is Status.CORRECT, v.message
-    with rlimits_evaluator(s) as ev:  # as on a machine where `nobody` reaches the interpreter
+    with sandbox_evaluator(s) as ev:  # as on a machine where `nobody` reaches the interpreter
         ok = ev.evaluate(hc.problem(case["problem"]), case["source"], s)
     assert ok.status is Status.CORRECT, ok.message
     assert any(n.startswith("sandbox: nobody (uid 65534), no namespaces") for n in ok.notes)

@@ -2,7 +2,7 @@
 
 The rlimits sandbox runs candidates as `nobody` and refuses to run them when `nobody` cannot
 enter the interpreter's folders (e.g. a pyenv under a 0700 /root). To still exercise that
-sandbox here, `rlimits_evaluator` gives an Evaluator a fork server started through this file:
+sandbox here, `sandbox_evaluator` gives an Evaluator a fork server started through this file:
 as a script (`python nobody_python.py -m tritonforge.evaluation.sandbox.zygote FD`) it enters a
 private mount namespace, puts a 0755 tmpfs over each blocking folder with only the
 interpreter's folders re-attached inside (as the namespace sandbox does for its workers), then
@@ -10,8 +10,8 @@ execs the real interpreter. The workers share that view of the filesystem and no
 pid, network, ipc or user namespace, so the rlimits sandbox is tested as it runs in production
 on a machine where `nobody` can reach the interpreter. Needs root (mount namespace).
 
-Covers: `needs_exposing`, `rlimits_evaluator` (an Evaluator whose fork server starts through
-this file). Does not cover: the sandbox itself (sandbox/isolation.py).
+Covers: `needs_exposing`, `sandbox_evaluator` (an Evaluator whose fork server starts through
+this file in the rlimits sandbox). Does not cover: the sandbox itself (sandbox/isolation.py).
 """
 
 from __future__ import annotations
@@ -36,16 +36,18 @@ def needs_exposing() -> str | None:
 
 
 @contextlib.contextmanager
-def rlimits_evaluator(settings: Any, device: str = "cpu") -> Iterator[Any]:
-    """An Evaluator whose fork server for `device` is started through this file when `nobody`
-    cannot reach the interpreter (skips the test when that needs root and we are not)."""
+def sandbox_evaluator(settings: Any, extra_env: dict[str, str] | None = None) -> Iterator[Any]:
+    """An Evaluator for `settings` on the CPU. In the rlimits sandbox its fork server is started
+    through this file when `nobody` cannot reach the interpreter (the test is skipped when that
+    needs root and we are not); `extra_env` joins the fork server's environment (e.g.
+    TRITONFORGE_CGROUPS=0 for the watchdog fallback)."""
     import pytest
 
     from tritonforge.evaluation.judge import forkserver, resources
     from tritonforge.evaluation.judge.evaluator import Evaluator
 
     launcher = None
-    if needs_exposing() is not None:
+    if settings.sandbox == "rlimits" and needs_exposing() is not None:
         if os.geteuid() != 0:
             pytest.skip("`nobody` cannot reach the interpreter, and exposing it needs root")
         fd, launcher = tempfile.mkstemp(prefix="tf-nobody-python-", suffix=".sh")
@@ -54,16 +56,15 @@ def rlimits_evaluator(settings: Any, device: str = "cpu") -> Iterator[Any]:
         os.chmod(launcher, stat.S_IRWXU)
     try:
         with Evaluator(settings) as ev:
-            if launcher is not None:
-                exposed = launcher
+            python = launcher
 
-                class Exposed(forkserver.ForkServer):
-                    def __init__(self, env: dict[str, str], python: str | None = None):
-                        super().__init__(env, python or exposed)
+            class Server(forkserver.ForkServer):
+                def __init__(self, env: dict[str, str], _python: str | None = None):
+                    super().__init__({**env, **(extra_env or {})}, python)
 
-                with pytest.MonkeyPatch.context() as mp:
-                    mp.setattr(resources, "ForkServer", Exposed)
-                    ev.resources(device)  # made now, with the launcher; kept for its lifetime
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(resources, "ForkServer", Server)
+                ev.resources("cpu")  # made now, kept (and restarted alike) for its lifetime
             yield ev
     finally:
         if launcher is not None:
