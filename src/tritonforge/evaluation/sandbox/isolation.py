@@ -95,6 +95,7 @@ class SandboxReport:
     scratch: str = ""
     warnings: list[str] = field(default_factory=list)
     refused: str = ""  # "<Refusal code>: why": the worker must not run the candidate at all
+    private_tmpfs: list[str] = field(default_factory=list)  # masked by a tmpfs of its own
 
 
 def _check(ret: int, what: str) -> None:
@@ -202,6 +203,7 @@ def _mask(spec: SandboxSpec, report: SandboxReport, as_root: bool) -> None:
             _check(
                 _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, size), f"tmpfs on {target}"
             )
+            report.private_tmpfs.append(target)
     for a in sorted({needed[p] for p, _ in clones if needed[p]}):
         _check(
             _mount("tmpfs", a, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755"), f"tmpfs on {a}"
@@ -338,7 +340,7 @@ def _drop_root(spec: SandboxSpec, report: SandboxReport) -> None:
 
 
 def _landlock(report: SandboxReport, scratch: str) -> None:
-    why = landlock.restrict(scratch)
+    why = landlock.restrict(scratch, tuple(report.private_tmpfs))
     if not why:
         report.user += f"; {landlock.describe(landlock.abi())}"
     elif not report.namespaces:

@@ -7,7 +7,10 @@ domain it creates is inherited by everything the worker starts and cannot be lif
 
 - filesystem (ABI 1+): every right that changes the filesystem (write to a file, truncate
   (ABI 3), make or remove files, directories, links, sockets, FIFOs and device nodes, link or
-  rename across directories (ABI 2)) is granted beneath the scratch dir only; beneath `/dev`,
+  rename across directories (ABI 2)) is granted beneath the scratch dir only (with namespaces
+  also beneath the sandbox's private tmpfs mounts, /tmp, /dev/shm, /var/tmp, whose writes
+  reach nothing outside it: libraries that ignore TMPDIR or make POSIX semaphores keep
+  working); beneath `/dev`,
   writing to existing files stays (`/dev/null`, the GPU's device nodes) but nothing is created
   or removed there (`/dev/shm` included). Reads and execution are not restricted (the user's
   file permissions decide). Already open descriptors (the judge's channel, stdout/stderr, memfds)
@@ -106,9 +109,10 @@ def _add_beneath(ruleset: int, path: str, access: int) -> None:
         os.close(fd)
 
 
-def restrict(scratch: str) -> str:
-    """Restrict this process (and all it starts) as the module docstring says. Returns "" when
-    done, else why not (no Landlock here, or the kernel refused)."""
+def restrict(scratch: str, private: tuple[str, ...] = ()) -> str:
+    """Restrict this process (and all it starts) as the module docstring says; `private`: more
+    folders writable like scratch (the namespace's own tmpfs mounts). Returns "" when done, else
+    why not (no Landlock here, or the kernel refused)."""
     version = abi()
     if version < 1:
         return "Landlock is not available in this kernel"
@@ -118,7 +122,8 @@ def restrict(scratch: str) -> str:
     if ruleset < 0:
         return f"Landlock ruleset refused: {os.strerror(ctypes.get_errno())}"
     try:
-        _add_beneath(ruleset, scratch, fs)
+        for path in (scratch, *private):
+            _add_beneath(ruleset, path, fs)
         if os.path.isdir("/dev"):
             _add_beneath(ruleset, "/dev", FS_WRITE_FILE | (fs & FS_TRUNCATE))
         if _libc.syscall(SYS_RESTRICT_SELF, ruleset, 0) != 0:
