@@ -83,6 +83,12 @@ def test_sandbox_grants_the_device_groups_to_nobody_never_root() -> None:
     assert access.groups == [44, 27] and access.unreachable == []
     access = device_access([*nodes], nodes.get)
     assert access.unreachable == ["/dev/rootonly"]
+    caps = {  # MIG capability nodes need read only; an unreadable one is skipped, not refused
+        "/dev/nvidia-caps/nvidia-cap1": _chr_of(0o400, 0),
+        "/dev/nvidia-caps/nvidia-cap2": _chr_of(0o444, 0),
+    }
+    access = device_access([*caps], caps.get)
+    assert access.skipped == ["/dev/nvidia-caps/nvidia-cap1"] and not access.unreachable
     assert device_access(["/dev/missing"]).unreachable == []  # absent nodes do not block
 
 

@@ -34,31 +34,42 @@ class Refusal(str, Enum):
 class DeviceAccess:
     groups: list[int] = field(default_factory=list)  # supplementary groups that open the nodes
     unreachable: list[str] = field(default_factory=list)  # nodes `nobody` cannot open at all
+    skipped: list[str] = field(default_factory=list)  # MIG capability nodes it cannot read
+
+
+def _opens(st: os.stat_result, bits: int) -> str:
+    """How `nobody` gets `bits` (read, or read+write, as owner-class bits) on a node: "any"
+    (owner nobody, or others), "group" (through the node's group), or ""."""
+    if st.st_uid == NOBODY and (st.st_mode >> 6) & bits == bits:
+        return "any"
+    if st.st_mode & bits == bits:
+        return "any"
+    if (st.st_mode >> 3) & bits == bits:
+        return "group"
+    return ""
 
 
 def device_access(
     paths: Iterable[str], stat_fn: Callable[[str], os.stat_result] = os.stat
 ) -> DeviceAccess:
-    """How `nobody` opens each character device among `paths` read-write: as anyone, through the
-    node's group (collected), or not at all. Absent nodes are skipped."""
+    """How `nobody` opens each character device among `paths`: as anyone, through the node's
+    group (collected), or not at all. GPU nodes need read and write; NVIDIA's capability nodes
+    (`nvidia-caps/*`, used only to enter MIG instances) only read, and one it cannot read is
+    skipped (noted), not refused. Absent nodes are skipped."""
     out = DeviceAccess()
     for dev in paths:
         try:
             st = stat_fn(dev)
         except OSError:
             continue
-        mode = st.st_mode
-        if not stat.S_ISCHR(mode):
+        if not stat.S_ISCHR(st.st_mode):
             continue
-        if mode & (stat.S_IROTH | stat.S_IWOTH) == stat.S_IROTH | stat.S_IWOTH:
-            continue
-        if st.st_uid == NOBODY and mode & (stat.S_IRUSR | stat.S_IWUSR) == 0o600:
-            continue
-        if mode & (stat.S_IRGRP | stat.S_IWGRP) == stat.S_IRGRP | stat.S_IWGRP:
-            if st.st_gid not in out.groups:
-                out.groups.append(st.st_gid)
-            continue
-        out.unreachable.append(dev)
+        capability = "/nvidia-caps/" in dev
+        how = _opens(st, 0o4 if capability else 0o6)
+        if how == "group" and st.st_gid not in out.groups:
+            out.groups.append(st.st_gid)
+        elif not how:
+            (out.skipped if capability else out.unreachable).append(dev)
     return out
 
 

@@ -324,6 +324,10 @@ def _drop_root(spec: SandboxSpec, report: SandboxReport) -> None:
         report.user = "nobody (uid 65534), no namespaces"
     if access.groups:
         report.user += f", device groups {access.groups}"
+    if access.skipped:
+        report.warnings.append(
+            f"`nobody` cannot read {', '.join(access.skipped[:4])}: MIG instances are unusable"
+        )
     if access.unreachable:
         report.refused = identity.refusal(
             Refusal.DEVICE_UNREACHABLE,
