@@ -171,11 +171,6 @@ class EvalSettings(Section):
     sandbox: Literal["auto", "namespaces", "rlimits"] = Field(
         "auto", description="auto: namespaces when the kernel allows them, else rlimits + warning"
     )
-    sandbox_allow_root: bool = Field(
-        False,
-        description="rlimits sandbox: run candidates as root when `nobody` cannot reach the "
-        "interpreter (refused otherwise; every verdict then carries a warning)",
-    )
     secret_seed: int | None = Field(
         None, description="base of hidden input seeds; None = random per judge"
     )
