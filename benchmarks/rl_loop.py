@@ -83,7 +83,7 @@ def tiny_overrides(args: argparse.Namespace, policy: str) -> list[str]:
         *common(args, "tiny"),
         f"trainer.model.path={q(policy)}", f"engine.model_path={q(policy)}",
         f"problems={{suite = 'variants', category = 'rl', size = '{size}'{limit}}}",
-        f"steps={args.steps}", f"problems_per_step={2 if args.small else 6}",
+        f"steps={args.steps}", f"problems_per_step={2 if args.small else 4}",
         f"buffer.group_size={2 if args.small else 4}",
         "task.prompt.include_example=false", "task.prompt.system_template='system_compact'",
         "agent.max_turns=2", "agent.max_context_tokens=2048",
@@ -91,7 +91,7 @@ def tiny_overrides(args: argparse.Namespace, policy: str) -> list[str]:
         "agent.sampling.temperature=0.7", "trainer.rl.temperature=0.7",
         "trainer.optim.lr=6e-5", "trainer.optim.schedule='constant'",
         "trainer.optim.warmup_steps=0",
-        f"evaluate.samples={1 if args.small else 4}", "evaluate.seed=1234",
+        f"evaluate.samples={1 if args.small else 2}", "evaluate.seed=1234",
     ]  # fmt: skip
 
 
@@ -123,12 +123,17 @@ def run_part(name: str, overrides: list[str]) -> dict[str, Any]:
     from tritonforge.config.run import TrainRunConfig
     from tritonforge.plan.runs import resolve_train
     from tritonforge.training.loop import run_training
+    from tritonforge.training.report import write_report
 
     plan = resolve_train(load_config(TrainRunConfig, CONFIG, overrides))
     shutil.rmtree(plan.run_dir, ignore_errors=True)  # a fresh run, not a resumed one
     t0 = time.monotonic()
     summary = asyncio.run(run_training(plan))
     wall = time.monotonic() - t0
+    try:  # the per-step plots (`tritonforge report RUN_DIR`)
+        report = str(write_report(plan.run_dir))
+    except ImportError as exc:  # no matplotlib on this machine: plot where there is one
+        report = f"not written ({exc}): `tritonforge report {plan.run_dir}` elsewhere"
     lines = (plan.run_dir / "metrics.jsonl").read_text().splitlines()
     rows = [json.loads(x) for x in lines if x.strip()]
     before = (summary.get("before") or {}).get("overall") or {}
@@ -152,6 +157,7 @@ def run_part(name: str, overrides: list[str]) -> dict[str, Any]:
         "judge": {"device": cfg.eval.settings.device, "timed": cfg.eval.settings.measure_performance,
                   "concurrency": cfg.eval.concurrency},
         "overrides": overrides,
+        "report": report,
         "part_wall_s": round(wall, 1),
     }  # fmt: skip
 

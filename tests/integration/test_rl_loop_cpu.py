@@ -19,45 +19,31 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.loop_policy import LOOP_PROMPT, relu_policy
 from tritonforge.config import load_config
 from tritonforge.config.run import TrainRunConfig
-from tritonforge.config.train import SFTRunConfig
 from tritonforge.plan.runs import resolve_train
-from tritonforge.rollout.tiny_model import ensure_tiny_model
 from tritonforge.training.assemble import build_pieces
 from tritonforge.training.loop import drive
 from tritonforge.training.report import write_report
-from tritonforge.training.sft import run_sft
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 REPO = Path(__file__).resolve().parents[2]
 PARTS = ("generate_s", "judge_s", "judge_queue_s", "judge_correctness_s", "judge_timing_s",
          "train_s", "sync_s", "busy_s", "slowest_stage_s")  # fmt: skip
-PROMPT = ["task.prompt.include_example=false", "task.prompt.system_template='system_compact'"]
 
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model after 40 SFT steps on relu's solution (it then writes relu kernels)."""
-    root = tmp_path_factory.mktemp("policy")
-    tiny = ensure_tiny_model(root / "tiny")
-    cfg = load_config(SFTRunConfig, None, [
-        f"run_dir='{root / 'sft'}'", f"model.path='{tiny}'",
-        "sft.data.builtin_problems=['relu']", "sft.data.thinking='none'",
-        "sft.data.prompt.include_example=false",
-        "sft.data.prompt.system_template='system_compact'",
-        "sft.max_steps=40", "sft.batch_size=2", "sft.epochs=1000", "optim.lr=3e-3",
-        "logging.progress=false", "checkpoint.save_final=false",
-    ])  # fmt: skip
-    return Path(run_sft(cfg).model_dir)
+    return relu_policy(tmp_path_factory.mktemp("policy"))
 
 
 def _loop_config(policy: Path, run_dir: Path) -> TrainRunConfig:
     return load_config(TrainRunConfig, None, [
         f"run_dir='{run_dir}'", "steps=2", "problems_per_step=1",
         "problems={suite = 'builtin', size = 'cpu', ids = ['relu']}",
-        f"engine.model_path='{policy}'", f"trainer.model.path='{policy}'", *PROMPT,
+        f"engine.model_path='{policy}'", f"trainer.model.path='{policy}'", *LOOP_PROMPT,
         "engine.pause_mode='keep'", "agent.max_turns=1", "agent.sampling.max_new_tokens=300",
         "buffer.group_size=2", "eval.settings.device='cpu'", "evaluate.enabled=false",
         "schedule.mode='async'", "schedule.max_staleness=1", "schedule.rollouts_in_flight=2",

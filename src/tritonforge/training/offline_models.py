@@ -67,6 +67,7 @@ def _build_tiny_sft(root: Path) -> Path:
     cfg.model.path = str(tiny)
     cfg.sft.data.repair.cache_dir = str(root / "tiny-sft" / "repair_cache")
     cfg.logging.progress = False
+    cfg.model.compile = "off"  # as the demo's SFT on a CPU (and no compile time on a GPU)
     before = torch.are_deterministic_algorithms_enabled()
     try:
         result = run_sft(cfg)
@@ -90,7 +91,7 @@ def _build_qwen3_shape(root: Path) -> Path:
         pad_token_id=ids[ENDOFTEXT],
     )
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    with torch.random.fork_rng(devices=[]), torch.device(device):
+    with torch.random.fork_rng(devices=[0] if device == "cuda" else []), torch.device(device):
         torch.manual_seed(0)
         model = Qwen3ForCausalLM(config).to(torch.bfloat16).eval()
     gen = model.generation_config
