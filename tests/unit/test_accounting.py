@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 
 import pytest
@@ -130,6 +131,35 @@ def test_timed_backend_records_a_real_verdict() -> None:
     assert 0 < tl.busy(("judge",), t0, t1) <= t1 - t0
     parts = tl.busy(("judge_queue", "judge_correctness", "judge_timing"), t0, t1)
     assert parts == pytest.approx(tl.busy(("judge",), t0, t1))
+
+
+def test_timed_engine_keeps_the_engine_protocols_statically(tmp_path) -> None:
+    """Python 3.12 looks a runtime protocol's attributes up statically (no __getattr__): the
+    wrapper of the in-process engine must itself have `load_state_dict`, or the loop would push
+    weights through disk; an HTTP engine's wrapper must not have it."""
+    from tritonforge.config.engine import SamplingParams
+    from tritonforge.rollout.engines.base import Engine
+    from tritonforge.rollout.engines.hf import HFEngine
+    from tritonforge.rollout.engines.vllm import VLLMEngine
+    from tritonforge.rollout.tiny_model import ensure_tiny_model
+    from tritonforge.training.accounting import timed_engine
+    from tritonforge.training.pieces import StateDictEngine
+
+    tl = Timeline()
+    hf = timed_engine(HFEngine.from_pretrained(ensure_tiny_model(tmp_path / "m")), tl)
+    assert inspect.getattr_static(hf, "load_state_dict") and isinstance(hf, StateDictEngine)
+    assert isinstance(hf, Engine) and hf.policy_version == 0
+    http = timed_engine(VLLMEngine("http://127.0.0.1:9"), tl)
+    with pytest.raises(AttributeError):
+        inspect.getattr_static(http, "load_state_dict")
+    assert isinstance(http, Engine) and not isinstance(http, StateDictEngine)
+    t0 = time.monotonic()
+    params = SamplingParams(max_new_tokens=4, ignore_eos=True)
+    gens = asyncio.run(hf.generate([[5, 6, 7], [8, 9]], params))
+    assert [len(g.token_ids) for g in gens] == [4, 4]
+    assert tl.total("gen_tokens", t0, time.monotonic()) == 8.0
+    asyncio.run(hf.aclose())
+    asyncio.run(http.aclose())
 
 
 def test_device_monitor_window_means_busy_and_peaks_memory() -> None:

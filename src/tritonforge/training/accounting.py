@@ -1,7 +1,7 @@
 """Where an RL step's wall time goes, and how busy the device was meanwhile.
 
 Covers: `Timeline` (intervals of each activity on the monotonic clock, open ones included;
-thread-safe), `TimedEngine` and `TimedBackend` (an Engine and an EvalBackend whose calls are
+thread-safe), `timed_engine` and `TimedBackend` (an Engine and an EvalBackend whose calls are
 recorded; every other attribute passes through), `judge_spans` (a verdict's queue, correctness
 and timing intervals, rebuilt from its phase_seconds and the call's own start and end),
 `LoopAccounting` (the fields of one step's window, the run's summary) and `aggregate` (the
@@ -41,6 +41,7 @@ from typing import Any
 from tritonforge.config.run import TrainRunConfig
 from tritonforge.training.device_monitor import DeviceMonitor, open_monitor
 from tritonforge.training.device_share import DeviceShare, share_for
+from tritonforge.training.pieces import StateDictEngine
 from tritonforge.types import Verdict
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "aggregate",
     "judge_spans",
     "open_accounting",
+    "timed_engine",
 ]
 
 STAGES = ("generate", "judge", "train", "sync")
@@ -149,19 +151,46 @@ def judge_spans(v: Verdict, t0: float, t1: float) -> list[tuple[str, float, floa
 
 
 class TimedEngine:
-    """An Engine whose generate calls are recorded ("generate" spans, "gen_tokens" counts)."""
+    """An Engine whose generate calls are recorded ("generate" spans, "gen_tokens" counts).
+    The Engine protocol's members are defined here, not passed through: since Python 3.12 an
+    isinstance check of a runtime protocol looks attributes up statically. Make one with
+    `timed_engine`, which keeps an in-memory engine's `load_state_dict` (StateDictEngine)."""
 
     def __init__(self, inner: Any, timeline: Timeline) -> None:
         self._inner, self._timeline = inner, timeline
 
-    def __getattr__(self, name: str) -> Any:  # policy_version, update_weights, model, ...
+    def __getattr__(self, name: str) -> Any:  # model, device_hold, ...
         return getattr(self._inner, name)
+
+    @property
+    def policy_version(self) -> int:
+        return self._inner.policy_version
 
     async def generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
         with self._timeline.span("generate"):
             gens = await self._inner.generate(prompts, params)
         self._timeline.count("gen_tokens", float(sum(len(g.token_ids) for g in gens)))
         return gens
+
+    async def update_weights(self, path: str, version: int) -> bool:
+        return await self._inner.update_weights(path, version)
+
+    async def health(self) -> bool:
+        return await self._inner.health()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _TimedStateDictEngine(TimedEngine):
+    async def load_state_dict(self, state: Any, version: int) -> bool:
+        return await self._inner.load_state_dict(state, version)
+
+
+def timed_engine(inner: Any, timeline: Timeline) -> TimedEngine:
+    """`inner` recorded on `timeline`; it takes in-memory weights exactly when `inner` does."""
+    cls = _TimedStateDictEngine if isinstance(inner, StateDictEngine) else TimedEngine
+    return cls(inner, timeline)
 
 
 class TimedBackend:

@@ -22,9 +22,9 @@ from tritonforge.rollout.runner import build_agent, build_eval_backend
 from tritonforge.training.accounting import (
     LoopAccounting,
     TimedBackend,
-    TimedEngine,
     Timeline,
     open_accounting,
+    timed_engine,
 )
 from tritonforge.training.pieces import EpisodeRunner, MetricsSink
 
@@ -74,7 +74,7 @@ async def build_pieces(plan: TrainPlan) -> Pieces:
         accounting = open_accounting(cfg, str(trainer.ctx.device), timeline)
         if hasattr(engine, "device_hold"):  # the in-process engine: each decode step holds it
             engine.device_hold = accounting.share.hold
-        engine = TimedEngine(engine, timeline)
+        engine = timed_engine(engine, timeline)
         agent = build_agent(engine, tokenizer, cfg.task, cfg.agent, backend, cfg.eval)
     except BaseException:
         logger.close()
