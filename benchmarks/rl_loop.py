@@ -16,6 +16,8 @@ and every part under `parts`:
   random model) on KernelBench level 1 at original sizes, one step with 512-token answers: what
   a step costs at that shape (its answers hold no code, so the judge only does static checks).
 Aggregates leave out the first step when there are several (training.accounting.aggregate).
+A call with some --parts keeps the other parts of an existing --out of the same mode, so the
+parts can run in separate (time-limited) calls.
 --small runs the same code on the CPU (a tiny model, the Triton interpreter, cpu sizes, nothing
 timed) for tests, and refuses an --out under docs/bench/: CPU figures are not H200 figures.
 
@@ -196,17 +198,22 @@ def main(argv: list[str] | None = None) -> int:
         print("rl_loop: no CUDA device; run with --small on a CPU", file=sys.stderr)
         return 2
     device = "cpu" if args.small else "cuda:0"
-    doc: dict[str, Any] = {
-        "benchmark": "rl_loop", "mode": "small (CPU)" if args.small else "gpu",
-        "environment": environment(device), "command": " ".join(sys.argv), "config": "configs/single-gpu.toml",
-    }  # fmt: skip
+    mode = "small (CPU)" if args.small else "gpu"
+    doc = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    if doc.get("mode") != mode:  # parts of an earlier call of this mode are kept
+        doc = {}
+    doc.update({
+        "benchmark": "rl_loop", "mode": mode, "environment": environment(device),
+        "config": "configs/single-gpu.toml",
+    })  # fmt: skip
+    doc.setdefault("commands", []).append(" ".join(sys.argv))
     for name in args.parts:
         over = tiny_overrides(args, tiny_policy(args)) if name == "tiny" else shape_overrides(args)
-        doc.setdefault("parts", {})[name] = part = run_part(name, over)
-        if name == args.parts[0]:
-            keys = ("steps", "gpu_busy_fraction", "gpu_busy_reason", "step_over_slowest_stage",
-                    "pass_rate", "mean_reward", "per_step")  # fmt: skip
-            doc.update({k: part[k] for k in keys})
+        doc.setdefault("parts", {})[name] = run_part(name, over)
+        top = doc["parts"].get("tiny") or doc["parts"][name]  # the top level: the tiny part's
+        keys = ("steps", "gpu_busy_fraction", "gpu_busy_reason", "step_over_slowest_stage",
+                "pass_rate", "mean_reward", "per_step")  # fmt: skip
+        doc.update({k: top[k] for k in keys})
         write(args, doc)  # after every part: a run cut short keeps what it measured
     print(json.dumps({k: doc.get(k) for k in ("steps", "gpu_busy_fraction",
                       "step_over_slowest_stage", "pass_rate")}))  # fmt: skip

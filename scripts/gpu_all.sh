@@ -38,7 +38,7 @@ step timing ${T_TIMING:-570} python3 benchmarks/timing_consistency.py --time-box
 # the closed RL loop on this GPU (issue 33): its GPU test, then the benchmark (TINY_POLICY: a
 # carried tiny-sft folder, else it is made here first); docs/gpu.md
 step rl_loop_tests ${T_RL_TESTS:-180} $PYTEST -s tests/gpu/test_rl_loop_gpu.py --junitxml "$R/rl_loop_tests.xml"
-step rl_loop ${T_RL_LOOP:-400} python3 benchmarks/rl_loop.py ${TINY_POLICY:+--tiny-policy "$TINY_POLICY"} --work "$R/rl_runs" --out "$R/h200_rl_loop.json"
+step rl_loop ${T_RL_LOOP:-400} python3 benchmarks/rl_loop.py ${TINY_POLICY:+--tiny-policy "$TINY_POLICY"} --work "$R/rl_runs" --out "${RL_LOOP_OUT:-$R/h200_rl_loop.json}" ${RL_LOOP_ARGS:-}
 cp -f docs/bench/h200_kernelbench_self.json docs/bench/h200_timing_consistency.json "$R/" 2>/dev/null
 tar -czf "$OUT/results.tar.gz" -C "$R" .
 echo "=== done $(date +%T)"
