@@ -18,7 +18,7 @@ from typing import Any
 from tritonforge.training.episodes import EPISODE_KEYS
 
 _SPLIT = ("wall_s", "generate_s", "judge_s", "judge_queue_s", "judge_correctness_s",
-          "judge_timing_s", "train_s", "sync_s", "idle_s")  # fmt: skip
+          "judge_timing_s", "judge_unsplit_s", "train_s", "sync_s", "idle_s")  # fmt: skip
 # (file name, title, metric keys): one plot each, one line per key (and per run)
 CURVES: list[tuple[str, str, tuple[str, ...]]] = [
     ("reward", "mean reward (rollouts)", ("reward",)),
