@@ -466,14 +466,6 @@ OWN_SETTINGS_OK = [
 ]
 
 
-@pytest.mark.parametrize("line", OWN_SETTINGS_OK)
-def test_own_process_settings_are_allowed(line: str) -> None:
-    source = model(OK_FORWARD, "import random\nimport numpy as np\n" + line)
-    for mode in ("strict", "hybrid"):
-        r = run_static(source, mode, "triton")
-        assert r.status is None, (mode, line, r.rule, r.message)
-
-
 SEED_READS = [
     "s = torch.initial_seed()",
     "s = torch.seed()",
@@ -492,13 +484,17 @@ SEED_READS = [
 ]
 
 
-@pytest.mark.parametrize("line", SEED_READS)
-def test_reading_rng_state_stays_refused(line: str) -> None:
+@pytest.mark.parametrize(
+    ("line", "rule"),
+    [(line, None) for line in OWN_SETTINGS_OK] + [(line, "seed_probe") for line in SEED_READS],
+)
+def test_setting_is_allowed_reading_rng_state_is_not(line: str, rule: str | None) -> None:
     source = model(OK_FORWARD, "import random\nimport numpy as np\n" + line)
     for mode in ("strict", "hybrid"):
         r = run_static(source, mode, "triton")
-        assert r.rule == "seed_probe", (mode, line, r.rule, r.message)
-        assert "torch.Generator" in r.message and "manual_seed" in r.message
+        assert r.rule == rule, (mode, line, r.rule, r.message)
+        if rule == "seed_probe":
+            assert "torch.Generator" in r.message and "manual_seed" in r.message
 
 
 @pytest.mark.parametrize(

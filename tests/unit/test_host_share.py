@@ -56,6 +56,12 @@ class Contender:
             time.sleep(0.02)
         raise AssertionError(f"{self.events.name}: no '{event}' within {timeout} s")
 
+    def held_off(self, seconds: float, why: str = "") -> None:
+        """It asked, and `seconds` later it still waits."""
+        self.wait_for("asked")
+        time.sleep(seconds)
+        assert "acquired" not in self.times(), why or f"{self.events.name} was let in"
+
     def release(self) -> None:
         self.events.with_name(self.events.name + ".release").touch()
 
@@ -84,13 +90,17 @@ def _start(contenders: list[Contender], tmp: Path, name: str, *args: str) -> Con
     return c
 
 
+def _holding(contenders: list[Contender], tmp: Path, name: str, *args: str) -> Contender:
+    """A contender that has acquired what it asked for."""
+    c = _start(contenders, tmp, name, *args)
+    c.wait_for("acquired")
+    return c
+
+
 def test_exclusive_holder_keeps_another_process_out(contenders, tmp_path: Path) -> None:
-    a = _start(contenders, tmp_path, "a", "gate", "exclusive")
-    a.wait_for("acquired")
+    a = _holding(contenders, tmp_path, "a", "gate", "exclusive")
     b = _start(contenders, tmp_path, "b", "gate", "shared")
-    b.wait_for("asked")
-    time.sleep(1.0)
-    assert "acquired" not in b.times(), "shared access granted during another's timing"
+    b.held_off(1.0, "shared access granted during another's timing")
     a.release()
     released = a.wait_for("released")
     assert b.wait_for("acquired") >= released - 0.05
@@ -98,8 +108,7 @@ def test_exclusive_holder_keeps_another_process_out(contenders, tmp_path: Path) 
 
 
 def test_shared_holders_of_two_processes_overlap(contenders, tmp_path: Path) -> None:
-    a = _start(contenders, tmp_path, "a", "gate", "shared")
-    a.wait_for("acquired")
+    a = _holding(contenders, tmp_path, "a", "gate", "shared")
     b = _start(contenders, tmp_path, "b", "gate", "shared")
     b.wait_for("acquired")  # while a still holds its shared access
     assert "released" not in a.times()
@@ -108,12 +117,9 @@ def test_shared_holders_of_two_processes_overlap(contenders, tmp_path: Path) -> 
 
 
 def test_a_killed_holder_never_blocks_the_others(contenders, tmp_path: Path) -> None:
-    a = _start(contenders, tmp_path, "a", "gate", "exclusive")
-    a.wait_for("acquired")
+    a = _holding(contenders, tmp_path, "a", "gate", "exclusive")
     b = _start(contenders, tmp_path, "b", "gate", "exclusive")
-    b.wait_for("asked")
-    time.sleep(0.5)
-    assert "acquired" not in b.times()
+    b.held_off(0.5)
     killed = time.monotonic()
     a.kill()
     assert b.wait_for("acquired", timeout=10.0) - killed < 10.0
@@ -121,14 +127,10 @@ def test_a_killed_holder_never_blocks_the_others(contenders, tmp_path: Path) -> 
 
 
 def test_memory_is_admitted_against_one_capacity(contenders, tmp_path: Path) -> None:
-    a = _start(contenders, tmp_path, "a", "reserve", "60", "100")
-    a.wait_for("acquired")
-    small = _start(contenders, tmp_path, "small", "reserve", "30", "100")
-    small.wait_for("acquired")  # 60 + 30 fit in 100: both hold at once
+    a = _holding(contenders, tmp_path, "a", "reserve", "60", "100")
+    small = _holding(contenders, tmp_path, "small", "reserve", "30", "100")  # 60 + 30 fit
     big = _start(contenders, tmp_path, "big", "reserve", "50", "100")
-    big.wait_for("asked")
-    time.sleep(1.0)
-    assert "acquired" not in big.times(), "admitted past the capacity shared by the processes"
+    big.held_off(1.0, "admitted past the capacity shared by the processes")
     a.release()
     assert big.wait_for("acquired") >= a.wait_for("released") - 0.05
     small.release()
@@ -140,15 +142,11 @@ def test_a_later_small_request_yields_to_an_earlier_waiting_process(
 ) -> None:
     """Without this a stream of small evaluations in one process could starve a big one in
     another: the small one would fit next to the holder, but not next to the earlier waiter."""
-    a = _start(contenders, tmp_path, "a", "reserve", "60", "100")
-    a.wait_for("acquired")
+    a = _holding(contenders, tmp_path, "a", "reserve", "60", "100")
     big = _start(contenders, tmp_path, "big", "reserve", "50", "100")
-    big.wait_for("asked")
-    time.sleep(1.0)  # big is the head of its process and has published that it waits
+    big.held_off(1.0)  # the head of its process, and it has published that it waits
     small = _start(contenders, tmp_path, "small", "reserve", "30", "100")
-    small.wait_for("asked")
-    time.sleep(1.0)
-    assert "acquired" not in small.times(), "60 + 30 fit, but big has waited longer for 50"
+    small.held_off(1.0, "60 + 30 fit, but big has waited longer for 50")
     a.release()
     released = a.wait_for("released")
     assert big.wait_for("acquired") >= released - 0.05
@@ -158,14 +156,11 @@ def test_a_later_small_request_yields_to_an_earlier_waiting_process(
 
 
 def test_a_killed_process_bytes_are_reclaimed(contenders, tmp_path: Path) -> None:
-    a = _start(contenders, tmp_path, "a", "reserve", "80", "100")
-    a.wait_for("acquired")
+    a = _holding(contenders, tmp_path, "a", "reserve", "80", "100")
     ledger = HostLedger(tmp_path / "rt", "dev0")
     assert ledger.entries().get(a.proc.pid) == 80
     b = _start(contenders, tmp_path, "b", "reserve", "50", "100")
-    b.wait_for("asked")
-    time.sleep(0.5)
-    assert "acquired" not in b.times()
+    b.held_off(0.5)
     killed = time.monotonic()
     a.kill()
     assert b.wait_for("acquired", timeout=10.0) - killed < 10.0
