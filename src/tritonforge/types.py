@@ -8,6 +8,7 @@ beyond small derived properties. Every boundary returns one of these records, ne
 from __future__ import annotations
 
 import math
+import re
 from enum import Enum
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     model_serializer,
+    model_validator,
 )
 from pydantic_core.core_schema import SerializationInfo
 
@@ -50,8 +52,36 @@ def _null_is_nan(value: Any) -> Any:
     return math.nan if value is None else value
 
 
-# A float that finite_json may have sent as null: parsed back as NaN, so a verdict that held a
-# non-finite value in a field that is not optional still validates on the client.
+_SENT_AS_NULL = re.compile(r"^(?P<path>[^:]+): (?P<value>nan|-?inf) sent as null")
+_PATH_PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
+
+
+def restore_nonfinite(data: dict[str, Any], notes: list[Any]) -> dict[str, Any]:
+    """`data` (a copy where changed) with the values finite_json sent as null put back, read
+    from its notes: a round trip through JSON keeps nan, inf and -inf."""
+    for note in notes:
+        m = _SENT_AS_NULL.match(note) if isinstance(note, str) else None
+        if m is None:
+            continue
+        keys = [int(i) if i else k for i, k in _PATH_PART.findall(m["path"])]
+        data = _put(data, keys, float(m["value"]))
+    return data
+
+
+def _put(node: Any, keys: list[Any], value: float) -> Any:
+    """`node` with `value` at `keys` where that place holds None (copies along the path)."""
+    if not keys:
+        return value if node is None else node
+    key, rest = keys[0], keys[1:]
+    if isinstance(node, dict) and key in node:
+        return {**node, key: _put(node[key], rest, value)}
+    if isinstance(node, list) and isinstance(key, int) and key < len(node):
+        return [*node[:key], _put(node[key], rest, value), *node[key + 1 :]]
+    return node
+
+
+# A float that finite_json may have sent as null: parsed back as NaN (when no note says which
+# value it was), so a verdict that held one in a field that is not optional still validates.
 JsonFloat = Annotated[float, BeforeValidator(_null_is_nan)]
 
 
@@ -246,6 +276,14 @@ class Verdict(Record):
     phase_seconds: dict[str, JsonFloat] = Field(default_factory=dict)
     wall_seconds: JsonFloat = 0.0
     cached: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_nonfinite(cls, data: Any) -> Any:
+        """A verdict read back from its JSON form gets its non-finite values again."""
+        if isinstance(data, dict) and isinstance(data.get("notes"), list):
+            return restore_nonfinite(data, data["notes"])
+        return data
 
     @model_serializer(mode="wrap")
     def _finite_json(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
