@@ -11,7 +11,8 @@ whose source recorded them correct and that do not tamper with their harness), `
 (of those, accepted under the kernelbench preset), `real_bugs` (each honest case we reject under
 kernelbench: the verdict's evidence, i.e. the input (trial, distribution, shapes) and output
 (where, expected, got) that show the bug, or the error), `http_errors`. Resumable (bench_common
-ResultFile): rows already in --out are kept.
+ResultFile): rows already in --out are kept, and with --budget-s no request starts after that
+many seconds (a time-limited call continues on the next).
 
     python benchmarks/field_honest.py --device cuda --workers 4      # docs/bench/h200_field_honest.json
     python benchmarks/field_honest.py --device cpu --cases 3 --out runs/bench/cpu_field_honest.json
@@ -83,13 +84,18 @@ def evidence(verdict: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def judge(url: str, jobs: list[tuple[str, dict, dict]], concurrency: int, on_row) -> None:
+async def judge(
+    url: str, jobs: list[tuple[str, dict, dict]], concurrency: int, deadline: float, on_row
+) -> None:
+    """POST every job, `concurrency` in flight; none starts after `deadline` (monotonic)."""
     sem = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=7200) as http:
 
         async def one(key: str, case: dict[str, Any], body: dict[str, Any]) -> None:
             async with sem:
                 t0 = time.monotonic()
+                if t0 > deadline:  # left for the next call (the rows so far are kept)
+                    return
                 try:
                     r = await http.post(url + "/v1/eval", json=body)
                     verdict, code = strict_json(r.text), r.status_code
@@ -126,8 +132,10 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated substrings of case files")
     ap.add_argument("--presets", default=",".join(fh.PRESETS))
     ap.add_argument("--trials", type=int, default=None, help="correctness trials (preset's)")
+    ap.add_argument("--budget-s", type=float, default=None, help="start no request after this")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    deadline = time.monotonic() + (args.budget_s or float("inf"))
     out = args.out or Path(DEFAULT_OUT[args.device])
     presets = [p for p in args.presets.split(",") if p]
     cases = choose(args)
@@ -169,7 +177,7 @@ def main() -> int:
         log_path = Path(tmp) / "server.log"
         with serve_eval(args.device, args.workers, log_path, ["cache_entries=0"]) as (url, up_s):
             result.doc["service_startup_s"] = round(up_s, 1)
-            asyncio.run(judge(url, jobs, args.concurrency, on_row))
+            asyncio.run(judge(url, jobs, args.concurrency, deadline, on_row))
     result.save(lambda doc: summarise(doc, cases))
     summary = {k: result.doc[k] for k in ("honest_total", "honest_accepted", "http_errors")}
     print(json.dumps({**summary, "real_bugs": len(result.doc["real_bugs"]), "out": str(out)}))

@@ -9,7 +9,8 @@ ledger are shared only through the runtime directory (host_gate.py, host_ledger.
 both statuses and speedups. Top level: `status_agreement` (fraction of cases where the two agree;
 goal 1.0), `speedup_median_abs_log_ratio` (median over cases timed by both of |ln(cli / service)|;
 goal <= 0.05, the repeatability of fair timing), the CLI's `out_of_resources`/`resource_limit`
-count. Resumable rows (bench_common ResultFile).
+count. Resumable rows (bench_common ResultFile); with --budget-s no judgement starts after that
+many seconds (half of it for the service's run).
 
     python benchmarks/parallel_cli.py --device cuda --procs 8        # docs/bench/h200_parallel_cli.json
     python benchmarks/parallel_cli.py --device cpu --cases 2 --procs 2 --out runs/bench/cpu_parallel_cli.json
@@ -57,6 +58,8 @@ def service_verdicts(args: argparse.Namespace, cases: list[dict], tmp: Path) -> 
            "--only", ",".join(c["file"] for c in cases)]  # fmt: skip
     if args.trials:
         cmd += ["--trials", str(args.trials)]
+    if args.budget_s:
+        cmd += ["--budget-s", str(args.budget_s / 2)]  # half for the service, half for the CLI
     subprocess.run(cmd, check=True, env=child_env(), timeout=args.timeout_s)
     return {r["case"]: r for r in json.loads(out.read_text())["rows"]}
 
@@ -108,7 +111,8 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated substrings of case files")
     ap.add_argument("--trials", type=int, default=None, help="correctness trials (preset's)")
     ap.add_argument("--service-from", default="", help="field_honest.py JSON to compare with")
-    ap.add_argument("--timeout-s", type=float, default=7200.0)
+    ap.add_argument("--timeout-s", type=float, default=7200.0, help="one process's limit")
+    ap.add_argument("--budget-s", type=float, default=None, help="start no judgement after this")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     out = args.out or Path(DEFAULT_OUT[args.device])
@@ -125,7 +129,11 @@ def main() -> int:
         tmp = Path(tmp_name)
         service = service_verdicts(args, todo, tmp) if todo else {}
 
+        deadline = time.monotonic() + (args.budget_s or float("inf"))
+
         def one(case: dict[str, Any]) -> None:
+            if time.monotonic() > deadline or case["file"] not in service:
+                return  # left for the next call (rows are kept)
             ref, cand = tmp / f"ref_{case['file']}", tmp / case["file"]
             ref.write_text(problems[case["file"]].reference_src)
             cand.write_text(case["source"])
