@@ -1,8 +1,9 @@
 """A separate judging process for the cross-process tests: takes a device's gate or memory and
 holds it, writing what happens to an events file.
 
-Run as `python -m helpers.host_contender EVENTS DIR KEY gate shared|exclusive` or
-`... EVENTS DIR KEY reserve NBYTES CAPACITY`: it appends `<event> <monotonic time>` lines to
+Run as `python -m helpers.host_contender EVENTS DIR KEY gate shared|exclusive`,
+`... EVENTS DIR KEY reserve NBYTES CAPACITY` or `... cache NBYTES CAPACITY` (an idle judge whose
+caches hold NBYTES: `trimmed` once it gave them back): it appends `<event> <monotonic time>` lines to
 EVENTS (`asked`, `acquired`, `released`), holds until the file `EVENTS.release` exists (or 120 s
 pass), then lets go. CLOCK_MONOTONIC is system-wide, so the test compares times across
 processes. Used by tests/unit/test_host_share.py.
@@ -43,6 +44,21 @@ def main(argv: list[str]) -> int:
     from tritonforge.evaluation.judge.admission import DeviceBudget
     from tritonforge.evaluation.judge.host_ledger import HostLedger
 
+    if what == "cache":  # an idle judge whose caches hold NBYTES until it is asked to trim
+        cache = [int(argv[4])]
+        budget = DeviceBudget(
+            key, int(argv[5]), resident=lambda: cache[0],
+            trim=lambda target: cache.__setitem__(0, min(cache[0], target)),
+            host=HostLedger(directory, key),
+        )  # fmt: skip
+        budget._others()  # publish the resident bytes once; the watch thread does the rest
+        _note(events, "acquired")
+        while cache[0] == int(argv[4]):
+            time.sleep(0.01)
+        _note(events, "trimmed")
+        _hold(events)
+        _note(events, "released")
+        return 0
     budget = DeviceBudget(key, int(argv[5]), poll_s=0.02, host=HostLedger(directory, key))
     _note(events, "asked")
     with budget.reserve(int(argv[4])):

@@ -5,7 +5,8 @@ directory: an exclusive holder keeps another process's shared request out until 
 shared holders of two processes overlap; a process SIGKILLed while holding the gate (exclusive)
 never blocks the next one; memory reservations of two processes are admitted against one
 capacity (one waits while the other holds, both run when they fit together; a later small
-request does not pass another process's earlier waiting one); a killed process's
+request does not pass another process's earlier waiting one; an idle process trims its caches
+for another's request); a killed process's
 ledger entries are reclaimed and its bytes admitted to another process; the runtime directory's
 choice and checks; device keys. Every process is ours, ended by pid, with bounded waits.
 Does not cover: the in-process rules of the gate (test_device_gate.py) and the budget
@@ -153,6 +154,16 @@ def test_a_later_small_request_yields_to_an_earlier_waiting_process(
     assert small.wait_for("acquired") >= released - 0.05  # 50 + 30 fit together
     big.release()
     small.release()
+
+
+def test_an_idle_process_trims_its_caches_for_another_process(contenders, tmp_path: Path) -> None:
+    """Without the watch, the caches of an idle judge (a serve-eval between requests) would keep
+    another process's request out until its stuck timer said it does not fit."""
+    idle = _holding(contenders, tmp_path, "idle", "cache", "80", "100")
+    b = _start(contenders, tmp_path, "b", "reserve", "50", "100")
+    assert b.wait_for("acquired", timeout=15.0) >= idle.wait_for("trimmed") - 0.05
+    b.release()
+    idle.release()
 
 
 def test_a_killed_process_bytes_are_reclaimed(contenders, tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ outer layer: a grant also needs room next to what the other live processes hold 
 reservations and resident bytes, published in the ledger), is written to the ledger in the same
 session that checks it, and yields to another process's head that has waited longer and would
 no longer fit (this process then trims its caches for it); a process's heads publish what they
-wait for. Another process's bytes are never a reason for `DoesNotFit` unless they cannot be
+wait for, and a watch thread of each process publishes its resident bytes every second and trims
+its caches when another process's head waits for their room (an idle judge does too). Another process's bytes are never a reason for `DoesNotFit` unless they cannot be
 evicted (its pinned bytes).
 Does not cover: measuring footprints (reference.py), who calls it (evaluator.py), the order
 in which a batch submits its jobs (evaluation/batch_order.py), the service queue
@@ -49,6 +50,9 @@ from dataclasses import dataclass
 
 from tritonforge.evaluation.judge.compare import CHUNK
 from tritonforge.evaluation.judge.host_ledger import HostLedger, LedgerView, Others
+from tritonforge.logging_setup import get_logger
+
+log = get_logger("evaluation.admission")
 
 GIB = 1 << 30
 L2_FLUSH_BYTES = 256 << 20  # each timing process's flush buffer (sandbox/timing_loop.py)
@@ -187,6 +191,9 @@ class DeviceBudget:
         self.granted = 0
         self.backfills = 0
         self.trims = 0
+        self._closed = threading.Event()
+        if host is not None:  # keep the ledger fresh and give room to other processes' heads
+            threading.Thread(target=self._watch, name=f"ledger-{device}", daemon=True).start()
 
     @property
     def reserved(self) -> int:
@@ -208,6 +215,25 @@ class DeviceBudget:
     def _usage(self) -> tuple[int, int] | None:
         """(resident, pinned) bytes of this process, for the ledger (call without the lock)."""
         return (self._resident(), self._pinned()) if self.host is not None else None
+
+    def close(self) -> None:
+        """Stop the ledger watch (the process's entry goes when the process does)."""
+        self._closed.set()
+
+    def _watch(self, period_s: float = 1.0) -> None:
+        """While this process lives: publish its resident bytes every `period_s`, and when
+        another process's head waits for room that this process's caches hold, trim them
+        (an idle judge keeps no cache another process needs)."""
+        while not self._closed.wait(period_s):
+            try:
+                ext = self._others()
+                need = max((b for b, _ in ext.waiting), default=0)
+                held = self.reserved
+                if need and self._resident() + held + ext.total + need > self.capacity:
+                    self._trim(max(0, self.capacity - held - ext.total - need))
+                    self.trims += 1
+            except Exception as exc:  # a bad moment of the ledger must not end the watch
+                log.warning("ledger watch of %s: %s", self.device, exc)
 
     def _others(self) -> Others:
         """The other processes' bytes on this device (none without a ledger)."""

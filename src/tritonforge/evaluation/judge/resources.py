@@ -193,6 +193,7 @@ class DeviceResources:
         }
 
     def close(self) -> None:
+        self.budget.close()
         self.timer.close()
         self.server.close()
         if self._scratch is not None:
