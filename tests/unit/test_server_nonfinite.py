@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import json
 import math
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
+from helpers.live_server import serve
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.server import ServerConfig
 from tritonforge.evaluation.service.server import create_app
@@ -50,31 +47,11 @@ def strict_json(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def live_server(service: EvalService, cfg: ServerConfig) -> Iterator[str]:
     """The app on a loopback port in a thread of this process; yields its URL."""
-    port = _free_port()
-    config = uvicorn.Config(
-        create_app(cfg, service), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=60)
+    with serve(create_app(cfg, service), start_timeout=60.0) as url:
+        yield url
 
 
 class NonFiniteJudge:
