@@ -5,6 +5,7 @@ servers on loopback (shapes as documented in vllm.py/sglang.py), the balancer, a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
