@@ -402,3 +402,24 @@ def test_unpack_in_many_windows_is_exact(monkeypatch) -> None:
         os.close(fd)
     assert all(torch.equal(a, b) for a, b in zip(out, value))
     assert out[1].stride() == value[1].stride()
+
+
+def test_reader_works_on_a_descriptor_numbered_past_1024() -> None:
+    """Regression: a judge holding many cached cases' memfds got socket descriptors above 1023,
+    where select() raised "filedescriptor out of range" (an internal_error for every verdict of
+    the KernelBench self-judgement's last problems). The reader polls instead."""
+    import socket as socket_module
+
+    a, b = socket_module.socketpair()
+    high = socket_module.socket(fileno=os.dup2(b.fileno(), 1500))
+    try:
+        assert high.fileno() >= 1024
+        reader = Reader(high)
+        send_msg(a, {"ok": True, "n": 1})
+        msg, fds = reader.recv(time.monotonic() + 5.0)
+        assert msg == {"ok": True, "n": 1} and fds == []
+        assert not reader.pending()
+    finally:
+        a.close()
+        b.close()
+        high.close()

@@ -496,69 +496,73 @@ class Evaluator:
         replayable = s.backend == "triton"
         recipe_at = 1 if len(plan) > 1 else 0
         captured: Captured | None = None
-        for i, (seed, dist) in enumerate(plan):
-            phase = "compile" if i == 0 else "correctness"
-            total = s.budgets.compile_s if i == 0 else s.budgets.correctness_s
-            progress.debug("reference outputs: trial %d/%d (%s inputs)", i + 1, len(plan), dist)
-            case = self.case(run.phases, run.ref, seed, dist)
-            carry, carry_fds = session.transport.send(case)
-            msg = {"op": "run", **carry, **audit_switches(last_trial=i == len(plan) - 1)}
-            if replayable and i == recipe_at:
-                msg["recipe"] = True
-            progress.debug("%s: trial %d/%d", phase, i + 1, len(plan))
-            t = time.monotonic()
-            budget = total if i == 0 else max(0.1, correctness_left)
-            waited, cpu_waited = run.waited, run.waited_s
-            reply, fds = run.ask(msg, carry_fds, budget, phase, total)
-            spent = time.monotonic() - t - (run.waited - waited)  # waits for the gate: not its time
-            run.phases[phase] += spent
-            if i > 0:  # nor its waits for a CPU
-                correctness_left -= spent - (run.waited_s - cpu_waited)
-            # compiled: a kernel launched (the worker's word: it decides only between two
-            # failures' rewards, never an acceptance); for the CUDA backend the extension built
-            # at import and forward ran (its launches happen inside native code)
-            audit = reply.audit
-            run.compiled = run.compiled or audit.launches_ok > 0
-            run.compiled = run.compiled or (s.backend == "cuda" and isinstance(reply, RunReply))
-            if isinstance(reply, Failure):
-                for fd in fds:
-                    os.close(fd)
-                v = failure_verdict(reply, phase, run.compiled)
-                v.trials_total, v.trials_passed = s.correctness_trials, i
-                return v
-            if replayable and i == recipe_at:
-                captured = take_recipe(reply.recipe, fds)
-            t = time.monotonic()
-            outputs = run.outputs(reply.outputs, fds)
-            # the judge's own look at the shared input buffer joins the worker's report
-            seen = session.transport.mutated(case, bool(carry.get("shared")))
-            if seen:
-                mutated = sorted(set(reply.facts.mutated) | set(seen))
-                reply = replace(reply, facts=replace(reply.facts, mutated=tuple(mutated)))
-            audit = reclassify(reply.audit)  # the judge's glue list, not the worker's
-            audit = replace(audit, custom_share=self.share(run, case, audit))
-            reply = replace(reply, audit=audit)
-            run.records.append(audit)
-            stop = self._check_trial(run, i, dist, reply, outputs, case)
-            run.phases["check"] += time.monotonic() - t
-            if stop is not None:
-                if captured is not None:
-                    captured.close()
-                if stop.status is Status.NUMERICAL_MISMATCH and run.device != "cpu":
-                    stop.message += tf32_hint(run.source, case.expected)
-                return stop
-            # one case at a time: this trial's inputs, expected and copied outputs go before the
-            # next case is built (admission counts one; at 8 GiB a side, keeping the last trial's
-            # through the timing filled the H200)
-            del case, outputs
-        n = len(plan)
-        if replayable:  # the verdict rests on the replay, not on the candidate's process
-            progress.debug("replay: the kernels alone, in a trusted replayer, on fresh inputs")
-            replayer = replay_evidence(self, run, captured)
-            run.session.close()  # the candidate's process is done with
-            run.replayer, run.session = replayer, replayer.session
-        else:
-            run.notes.append(NOT_REPLAYED)
+        try:  # the recipe's blob fd is closed however this ends (evidence closes it too)
+            for i, (seed, dist) in enumerate(plan):
+                phase = "compile" if i == 0 else "correctness"
+                total = s.budgets.compile_s if i == 0 else s.budgets.correctness_s
+                progress.debug("reference outputs: trial %d/%d (%s inputs)", i + 1, len(plan), dist)
+                case = self.case(run.phases, run.ref, seed, dist)
+                carry, carry_fds = session.transport.send(case)
+                msg = {"op": "run", **carry, **audit_switches(last_trial=i == len(plan) - 1)}
+                if replayable and i == recipe_at:
+                    msg["recipe"] = True
+                progress.debug("%s: trial %d/%d", phase, i + 1, len(plan))
+                t = time.monotonic()
+                budget = total if i == 0 else max(0.1, correctness_left)
+                waited, cpu_waited = run.waited, run.waited_s
+                reply, fds = run.ask(msg, carry_fds, budget, phase, total)
+                spent = (
+                    time.monotonic() - t - (run.waited - waited)
+                )  # waits for the gate: not its time
+                run.phases[phase] += spent
+                if i > 0:  # nor its waits for a CPU
+                    correctness_left -= spent - (run.waited_s - cpu_waited)
+                # compiled: a kernel launched (the worker's word: it decides only between two
+                # failures' rewards, never an acceptance); for the CUDA backend the extension built
+                # at import and forward ran (its launches happen inside native code)
+                audit = reply.audit
+                run.compiled = run.compiled or audit.launches_ok > 0
+                run.compiled = run.compiled or (s.backend == "cuda" and isinstance(reply, RunReply))
+                if isinstance(reply, Failure):
+                    for fd in fds:
+                        os.close(fd)
+                    v = failure_verdict(reply, phase, run.compiled)
+                    v.trials_total, v.trials_passed = s.correctness_trials, i
+                    return v
+                if replayable and i == recipe_at:
+                    captured = take_recipe(reply.recipe, fds)
+                t = time.monotonic()
+                outputs = run.outputs(reply.outputs, fds)
+                # the judge's own look at the shared input buffer joins the worker's report
+                seen = session.transport.mutated(case, bool(carry.get("shared")))
+                if seen:
+                    mutated = sorted(set(reply.facts.mutated) | set(seen))
+                    reply = replace(reply, facts=replace(reply.facts, mutated=tuple(mutated)))
+                audit = reclassify(reply.audit)  # the judge's glue list, not the worker's
+                audit = replace(audit, custom_share=self.share(run, case, audit))
+                reply = replace(reply, audit=audit)
+                run.records.append(audit)
+                stop = self._check_trial(run, i, dist, reply, outputs, case)
+                run.phases["check"] += time.monotonic() - t
+                if stop is not None:
+                    if stop.status is Status.NUMERICAL_MISMATCH and run.device != "cpu":
+                        stop.message += tf32_hint(run.source, case.expected)
+                    return stop
+                # one case at a time: this trial's inputs, expected and copied outputs go before the
+                # next case is built (admission counts one; at 8 GiB a side, keeping the last trial's
+                # through the timing filled the H200)
+                del case, outputs
+            n = len(plan)
+            if replayable:  # the verdict rests on the replay, not on the candidate's process
+                progress.debug("replay: the kernels alone, in a trusted replayer, on fresh inputs")
+                replayer = replay_evidence(self, run, captured)
+                run.session.close()  # the candidate's process is done with
+                run.replayer, run.session = replayer, replayer.session
+            else:
+                run.notes.append(NOT_REPLAYED)
+        finally:
+            if captured is not None:
+                captured.close()
         v = Verdict(
             status=Status.CORRECT,
             compiled=run.compiled,

@@ -229,6 +229,11 @@ class Reference:
         return map_tensors(out, lambda t: t.detach())
 
 
+# cases kept at most, whatever their bytes: each holds a memfd (a judge of many small problems
+# kept over a thousand open, past what select() and a default RLIMIT_NOFILE allow)
+MAX_CASES = 256
+
+
 class ReferenceStore:
     """Thread-safe cache of loaded references and their cases, bounded by bytes (LRU).
 
@@ -369,7 +374,9 @@ class ReferenceStore:
     def _evict(self, device: str, device_bound: float) -> None:
         """Drop least recently used cases while over a bound (caller holds the lock)."""
         while len(self._cases) > 1 and (
-            self._bytes > self.max_bytes or self._device_bytes[device] > device_bound
+            self._bytes > self.max_bytes
+            or self._device_bytes[device] > device_bound
+            or len(self._cases) > MAX_CASES
         ):
             self._drop_oldest()
 
