@@ -22,9 +22,10 @@ from tritonforge.config.buffer import BufferConfig
 from tritonforge.config.engine import EngineConfig
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.names import unknown_name
+from tritonforge.config.registry import Registry
 from tritonforge.config.rollout import EvalBackendConfig
 from tritonforge.config.task import TaskConfig
-from tritonforge.config.train import LossConfig
+from tritonforge.config.train import LOSSES, LossConfig
 from tritonforge.hardware import gpu_presence
 from tritonforge.plan import PlanError
 
@@ -45,31 +46,36 @@ def check_reward(key: str, settings: EvalSettings) -> None:
     check_name(f"{key}.reward", "reward", settings.reward, REWARDS)
 
 
-def check_loss(key: str, loss: LossConfig) -> None:
-    """Built-in losses are checked by the config itself; this adds run-time registered ones."""
-    from tritonforge.config.train import known_losses
+def check_registered(key: str, registry: Registry, name: str) -> str:
+    """`name` if `registry` has it (nothing imported), else PlanError `KEY: unknown KIND ...`."""
+    if name not in registry:
+        raise PlanError(f"{key}: {registry.unknown(name)}")
+    return name
 
-    check_name(f"{key}.type", "loss", loss.type, known_losses())
+
+def check_loss(key: str, loss: LossConfig) -> None:
+    """LossConfig checks the name when it is set; checked here with the other registry names."""
+    check_registered(f"{key}.type", LOSSES, loss.type)
 
 
 def check_buffer(key: str, cfg: BufferConfig) -> None:
     from tritonforge.rollout.buffer import STAGE_TABLES
 
     for what, table in STAGE_TABLES.items():
-        check_name(f"{key}.{what}", f"buffer {what} stage", getattr(cfg, what), table)
+        check_registered(f"{key}.{what}", table, getattr(cfg, what))
 
 
 def check_agent(key: str, cfg: AgentConfig) -> None:
     from tritonforge.rollout.returns import RETURNS
 
-    check_name(f"{key}.returns.type", "returns mode", cfg.returns.type, RETURNS)
+    check_registered(f"{key}.returns.type", RETURNS, cfg.returns.type)
 
 
 def check_task(key: str, cfg: TaskConfig) -> None:
     from tritonforge.rollout.prompts import load_template
     from tritonforge.rollout.tasks import TASKS
 
-    check_name(f"{key}.type", "task", cfg.type, TASKS)
+    check_registered(f"{key}.type", TASKS, cfg.type)
     templates = [("system_template", cfg.prompt.system_template)]
     templates.append(("user_template", cfg.prompt.user_template))
     if cfg.prompt.include_example:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from tritonforge.config.registry import Registry
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.tiny_model import is_tiny_model_dir
 
@@ -104,19 +105,17 @@ def _build_qwen3_shape(root: Path) -> Path:
     return out
 
 
-OFFLINE_MODELS: dict[str, Callable[[Path], Path]] = {
-    "tiny": _build_tiny,
-    "tiny-sft": _build_tiny_sft,
-    "qwen3-0.6b-shape": _build_qwen3_shape,
-}
+OFFLINE_MODELS: Registry[Callable[[Path], Path]] = Registry(
+    "offline model",
+    {"tiny": _build_tiny, "tiny-sft": _build_tiny_sft, "qwen3-0.6b-shape": _build_qwen3_shape},
+)
 
 
 def ensure_offline_model(name: str, root: Path = OFFLINE_ROOT) -> Path:
     """The folder of offline model `name`, built there first when it is not complete."""
-    if name not in OFFLINE_MODELS:
-        raise KeyError(f"unknown offline model {name!r}; known: {sorted(OFFLINE_MODELS)}")
+    build = OFFLINE_MODELS.lookup(name)
     path = offline_model_dir(name, root)
     if not is_tiny_model_dir(path):  # (any complete model folder)
         log.info("building offline model %s in %s", name, path)
-        OFFLINE_MODELS[name](root)
+        build(root)
     return path

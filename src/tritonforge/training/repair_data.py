@@ -29,6 +29,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from tritonforge.config.eval import EvalSettings
+from tritonforge.config.registry import Registry
 from tritonforge.config.train import SFTDataConfig
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
@@ -52,15 +53,8 @@ class Broken:
 # A mutation maps (solution source, other solutions of the set) to a broken source, or None
 # when it does not apply to this solution.
 Mutation = Callable[[str, Sequence[str]], str | None]
-MUTATIONS: dict[str, Mutation] = {}
-
-
-def _register(name: str) -> Callable[[Mutation], Mutation]:
-    def deco(fn: Mutation) -> Mutation:
-        MUTATIONS[name] = fn
-        return fn
-
-    return deco
+MUTATIONS: Registry[Mutation] = Registry("mutation")
+_register = MUTATIONS.register
 
 
 def _sub_once(pattern: str, repl: str, src: str) -> str | None:
@@ -154,9 +148,8 @@ def mutate(
     """Broken programs of every pair (only pairs whose id or name is in `problems`, if given),
     mutations in `names` order; a mutation that does not apply, or repeats an earlier program
     of the same problem, is skipped. `other_kernel` looks at the following pairs cyclically."""
-    unknown = [n for n in names if n not in MUTATIONS]
-    if unknown:
-        raise KeyError(f"unknown mutations {unknown}; known: {sorted(MUTATIONS)}")
+    for name in names:
+        MUTATIONS.lookup(name)  # UnknownName (a KeyError) with a "did you mean"
     out: list[Broken] = []
     for i, (problem, solution) in enumerate(pairs):
         if problems and problem.id not in problems and problem.name not in problems:

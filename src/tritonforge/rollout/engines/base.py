@@ -14,11 +14,11 @@ is not folded in. A failed call is a `Generation` with a failure status and no t
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from tritonforge.config.engine import EngineConfig, SamplingParams
+from tritonforge.config.registry import Registry
 from tritonforge.types import Generation, GenStatus
 
 __all__ = [
@@ -62,27 +62,20 @@ class Engine(Protocol):
 
 # Registry: engine type -> "module:factory"; factories take an EngineConfig and return an Engine.
 # Lazy so that HTTP clients never import torch.
-ENGINES: dict[str, str] = {
-    "hf": "tritonforge.rollout.engines.hf:HFEngine.from_config",
-    "vllm": "tritonforge.rollout.engines.vllm:VLLMEngine.from_config",
-    "sglang": "tritonforge.rollout.engines.sglang:SGLangEngine.from_config",
-    "balanced": "tritonforge.rollout.engines.balancer:BalancedEngine.from_config",
-}
-
-
-def _resolve(target: str) -> Callable[[EngineConfig], Engine]:
-    module_name, _, attr_path = target.partition(":")
-    obj: object = importlib.import_module(module_name)
-    for part in attr_path.split("."):
-        obj = getattr(obj, part)
-    return obj  # type: ignore[return-value]
+ENGINES: Registry[Callable[[EngineConfig], Engine]] = Registry(
+    "engine",
+    {
+        "hf": "tritonforge.rollout.engines.hf:HFEngine.from_config",
+        "vllm": "tritonforge.rollout.engines.vllm:VLLMEngine.from_config",
+        "sglang": "tritonforge.rollout.engines.sglang:SGLangEngine.from_config",
+        "balanced": "tritonforge.rollout.engines.balancer:BalancedEngine.from_config",
+    },
+)
 
 
 def build_engine(config: EngineConfig) -> Engine:
     """Construct the engine named by `config.type` (see ENGINES)."""
-    if config.type not in ENGINES:
-        raise ValueError(f"unknown engine type {config.type!r}; known: {sorted(ENGINES)}")
-    return _resolve(ENGINES[config.type])(config)
+    return ENGINES.lookup(config.type)(config)
 
 
 _FINISH_STATUS = {
