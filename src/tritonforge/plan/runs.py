@@ -20,6 +20,7 @@ from typing import Literal
 
 from tritonforge.config import with_overrides
 from tritonforge.config.demo import DemoConfig
+from tritonforge.config.engine import ENGINES
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.rollout import BenchConfig, EpisodeSections, RolloutConfig
 from tritonforge.config.run import CompareConfig, TrainRunConfig
@@ -232,8 +233,12 @@ def resolve_train(cfg: TrainRunConfig, pending: Iterable[str] = (), ray: bool = 
     if cfg.trainer.dist.backend == "nccl":
         check_gpu("trainer.dist.backend", "the nccl backend")
     check_temperatures(cfg)
-    if cfg.weight_sync == "state_dict" and cfg.engine.type != "hf":
-        raise PlanError("weight_sync: state_dict needs the in-process hf engine; use disk or auto")
+    if cfg.weight_sync == "state_dict" and not cfg.engine.abilities.state_dict_weights:
+        able = [n for n in ENGINES.names() if ENGINES[n].abilities.state_dict_weights]
+        raise PlanError(
+            f"weight_sync: state_dict needs the in-process engine taking weights in memory "
+            f"({', '.join(able)}), not {cfg.engine.type}; use disk or auto"
+        )
     ev = cfg.evaluate
     eval_problems = episodes.problems
     if ev.enabled and ev.problems is not None:

@@ -197,7 +197,8 @@ async def run_training_ray(
         _start_workers(cfg, pl, name, st, urls, engine_factory)
         await asyncio.to_thread(group.setup)
         st.pool = pool = RolloutPool(st.workers, cfg.scale.rollout)
-        engine = (InMemoryPoolEngine if cfg.engine.type == "hf" else PoolEngine)(pool)
+        in_memory = cfg.engine.abilities.state_dict_weights
+        engine = (InMemoryPoolEngine if in_memory else PoolEngine)(pool)
         agent = RayAgent(pool, engine, await pool.params())
         run_dir, logger = open_run(plan)
         try:

@@ -33,9 +33,10 @@ from typing import Any
 
 import torch
 
+from tritonforge.config.engine import HFEngineConfig
 from tritonforge.logging_setup import get_logger
 from tritonforge.model_cast import cast_model
-from tritonforge.rollout.engines.base import EngineConfig, SamplingParams, failed
+from tritonforge.rollout.engines.base import SamplingParams, failed
 from tritonforge.types import Generation, GenStatus
 
 log = get_logger(__name__)
@@ -153,7 +154,7 @@ class HFEngine:
         return cls(cast_model(model, _DTYPES[dtype], device), **kw)
 
     @classmethod
-    def from_config(cls, config: EngineConfig) -> HFEngine:
+    def from_config(cls, config: HFEngineConfig) -> HFEngine:
         from tritonforge.rollout.tiny_model import DEFAULT_TINY_MODEL_DIR, ensure_tiny_model
 
         path = Path(config.model_path)
