@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.evaluator import Evaluator
+from tritonforge.jobs.repair_data import MUTATIONS, judge_all, mutate
+from tritonforge.jobs.sft_data import builtin_pairs
 from tritonforge.problems import load_suite
-from tritonforge.training.repair_data import MUTATIONS, judge_all, mutate
-from tritonforge.training.sft_data import builtin_pairs
 from tritonforge.types import Status
 
 SETTINGS = EvalSettings(device="cpu", secret_seed=0)

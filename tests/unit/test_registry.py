@@ -105,14 +105,14 @@ def test_unique_names_register_once_but_fill_their_lazy_entry() -> None:
 def _package_registries() -> dict[str, Registry]:
     from tritonforge import cli
     from tritonforge.config.train import LOSSES
+    from tritonforge.jobs.offline_models import OFFLINE_MODELS
+    from tritonforge.jobs.repair_data import MUTATIONS
     from tritonforge.problems import SUITES
     from tritonforge.rollout.buffer import STAGE_TABLES
     from tritonforge.rollout.engines.base import ENGINES
     from tritonforge.rollout.returns import RETURNS
     from tritonforge.rollout.tasks import TASKS
     from tritonforge.training import attention, losses
-    from tritonforge.training.offline_models import OFFLINE_MODELS
-    from tritonforge.training.repair_data import MUTATIONS
 
     regs = {
         "COMMANDS": cli.COMMANDS,

@@ -12,9 +12,9 @@ import pytest
 
 from tritonforge.config.rollout import ProblemsConfig
 from tritonforge.config.train import SFTDataConfig
-from tritonforge.training import repair_data
-from tritonforge.training.repair_data import MUTATIONS, Broken, _key, mutate
-from tritonforge.training.sft_data import (
+from tritonforge.jobs import repair_data
+from tritonforge.jobs.repair_data import MUTATIONS, Broken, _key, mutate
+from tritonforge.jobs.sft_data import (
     build_sft_dataset,
     builtin_pairs,
     end_of_turn_id,

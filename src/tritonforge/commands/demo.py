@@ -85,9 +85,9 @@ def run_one(cfg: DemoConfig) -> dict[str, Any]:
     cfg, root = plan.config, plan.root
     root.mkdir(parents=True, exist_ok=True)
     t0, load0 = time.monotonic(), os.getloadavg()[0]
+    from tritonforge.jobs.loop import run_training
+    from tritonforge.jobs.report import write_report
     from tritonforge.rollout.tiny_model import ensure_tiny_model
-    from tritonforge.training.loop import run_training
-    from tritonforge.training.report import write_report
     from tritonforge.training.reproducible import make_reproducible
     from tritonforge.training.sft import run_sft
 

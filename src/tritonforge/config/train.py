@@ -289,7 +289,7 @@ class RepairDataConfig(Section):
 
     mutations: list[str] = Field(
         default_factory=list,
-        description="names in training.repair_data.MUTATIONS, tried in this order; empty = none",
+        description="names in jobs.repair_data.MUTATIONS, tried in this order; empty = none",
     )
     per_problem: int = Field(3, ge=1, description="episodes kept per problem (first that fail)")
     problems: list[str] = Field(

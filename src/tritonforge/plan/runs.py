@@ -6,7 +6,7 @@ Covers: `EvalPlan` (eval-kernel, eval-dir, the judge's settings and device), `Ep
 run dir, Ray), `SFTPlan`, `ComparePlan` and `DemoPlan` (whose later steps use models the earlier
 steps write: `pending`). A plan holds the config it came from, so a run reads everything from
 the plan. Torch-free; nothing is created or loaded. Does not cover: running a plan (commands,
-training.loop, scale.driver).
+jobs.loop, scale.driver).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def resolve_bench(cfg: BenchConfig) -> BenchPlan:
 @dataclass(frozen=True)
 class TrainPlan:
     """An RL run, checked: episodes, the trainer's models, evaluation problems, the run dir;
-    `offline_model`: the offline model (training.offline_models) the run builds first, when
+    `offline_model`: the offline model (jobs.offline_models) the run builds first, when
     `offline_fallback` replaced the policy; `fallback_note` says what was replaced and why."""
 
     config: TrainRunConfig
@@ -197,7 +197,7 @@ def resolve_policy_fallback(cfg: TrainRunConfig) -> tuple[TrainRunConfig, str | 
     why = {k: reasons[p] for k, p in paths.items() if reasons[p]}
     if not why:
         return cfg, None, None
-    from tritonforge.training.offline_models import OFFLINE_MODELS, offline_model_dir
+    from tritonforge.jobs.offline_models import OFFLINE_MODELS, offline_model_dir
 
     if fallback in OFFLINE_MODELS:
         folder, build = str(offline_model_dir(fallback)), fallback
@@ -214,7 +214,7 @@ def resolve_train(cfg: TrainRunConfig, pending: Iterable[str] = (), ray: bool = 
     cfg, offline_model, fallback_note = resolve_policy_fallback(cfg)
     pending = tuple(pending)
     if offline_model is not None:  # built by the run, before anything loads
-        from tritonforge.training.offline_models import offline_model_dir
+        from tritonforge.jobs.offline_models import offline_model_dir
 
         pending += (str(offline_model_dir(offline_model)),)
     episodes = resolve_episodes(cfg, pending)

@@ -5,7 +5,7 @@ log-likelihood of the assistant tokens over the global batch, micro-batched unde
 budget, chunked log-probs; `eval_loss`; `fit` = epochs over a seeded order with a progress bar,
 metrics, checkpoints every N steps and exact resume from the data position) and `run_sft` (config
 -> data -> train -> final HF model in RUN_DIR/output_dir).
-Does not cover: data loading and tokenisation (training.sft_data) or RL (training.rl).
+Does not cover: data loading and tokenisation (jobs.sft_data) or RL (training.rl).
 
 Data order: epoch e visits the examples in `random.Random(seed + e)` order (no global RNG), and a
 checkpoint stores (epoch, offset), so a resumed run sees exactly the batches an uninterrupted one
@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from tritonforge.config import save_config
 from tritonforge.config.train import SFTRunConfig
+from tritonforge.jobs.sft_data import TokenizedExample, build_sft_dataset
 from tritonforge.logging_setup import get_logger
 from tritonforge.training.batching import TrainSequence, prepare_sequences, shard_by_rank
 from tritonforge.training.checkpoint import latest_checkpoint
@@ -36,7 +37,6 @@ from tritonforge.training.distributed import DistContext, all_reduce_sum, init_d
 from tritonforge.training.metrics import MetricsLogger
 from tritonforge.training.model import load_tokenizer
 from tritonforge.training.reproducible import make_reproducible
-from tritonforge.training.sft_data import TokenizedExample, build_sft_dataset
 
 __all__ = ["SFTResult", "SFTTrainer", "run_sft"]
 

@@ -8,7 +8,7 @@ free; concurrent `generate` calls with equal sampling params are gathered into o
 `max_batch_size` rows, after `batch_wait_s`). `pause_mode` "wait" applies a weight update
 between batches; "keep" between decode steps, so an update waits for one step, not for a batch
 (the batch goes on under the new weights with its KV cache). `device_hold` (a context manager
-factory, e.g. training.device_share.DeviceShare.hold) is held around each decode step and each
+factory, e.g. jobs.device_share.DeviceShare.hold) is held around each decode step and each
 weight copy: the device's timing gate keeps them out while a candidate is timed.
 Does not cover: tokenization (token ids only), beam search, repetition penalties, multi-device.
 

@@ -9,8 +9,8 @@ short think block, optional earlier attempts answered by rollout.feedback.build_
 repair episode, trained on its last answer only); `tokenize_chat` (the token stream a rollout
 would produce, with the loss mask exactly on the trained assistant tokens); length filter and
 dedup (`build_sft_dataset`). Repair episodes built from judged mutations come from
-training.repair_data when `repair.mutations` is set.
-Does not cover: the training loop (training.sft) or judging (training.repair_data, evaluation).
+jobs.repair_data when `repair.mutations` is set.
+Does not cover: the training loop (training.sft) or judging (jobs.repair_data, evaluation).
 
 Token stream, as in a multi-turn rollout (token in, token out): the prompt is
 `render(messages[:first assistant], add_generation_prompt=True)`; each assistant answer is
@@ -277,7 +277,7 @@ def _chats(cfg: SFTDataConfig) -> tuple[list[ChatExample], Counter]:
     pairs = pairs + problem_set_pairs(cfg.extra_problems)
     chats = [pair_to_chat(p, sol, cfg) for p, sol in pairs]
     if cfg.repair.mutations:
-        from tritonforge.training.repair_data import repair_chats
+        from tritonforge.jobs.repair_data import repair_chats
 
         chats += repair_chats(pairs, cfg)
     return chats, dropped

@@ -9,7 +9,7 @@ file keyed by problem, source and settings) and `repair_chats` (per problem the 
 `per_problem` programs that the evaluator did not accept, each as the chat
 [prompt, broken program, the evaluator's feedback, the correct solution], trained on the last
 answer only).
-Does not cover: tokenisation (training.sft_data) or the feedback text (rollout.feedback: the same
+Does not cover: tokenisation (jobs.sft_data) or the feedback text (rollout.feedback: the same
 function writes the feedback of RL turns, so SFT and RL turns look alike).
 
 Determinism: mutations are pure text edits; the evaluator draws its inputs from the fixed
@@ -213,7 +213,7 @@ def judge_all(
 
 def repair_chats(pairs: Sequence[tuple[Problem, str]], cfg: SFTDataConfig) -> list:
     """Repair-episode chats for `pairs` (see the module docstring); logs the verdict counts."""
-    from tritonforge.training.sft_data import pair_to_chat
+    from tritonforge.jobs.sft_data import pair_to_chat
 
     rc = cfg.repair
     judged = judge_all(mutate(pairs, rc.mutations, rc.problems), rc.eval, rc.cache_dir, rc.workers)
