@@ -105,8 +105,8 @@ def test_unique_names_register_once_but_fill_their_lazy_entry() -> None:
 def _package_registries() -> dict[str, Registry]:
     from tritonforge import cli
     from tritonforge.config.train import LOSSES
-    from tritonforge.jobs.offline_models import OFFLINE_MODELS
     from tritonforge.jobs.repair_data import MUTATIONS
+    from tritonforge.plan.offline import OFFLINE_MODELS
     from tritonforge.problems import SUITES
     from tritonforge.rollout.buffer import STAGE_TABLES
     from tritonforge.rollout.engines.base import ENGINES

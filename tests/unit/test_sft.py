@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tritonforge.config.train import SFTDataConfig, SFTRunConfig
+from tritonforge.jobs.sft import run_sft
 from tritonforge.jobs.sft_data import (
     TemplateError,
     answer_text,
@@ -21,7 +22,7 @@ from tritonforge.jobs.sft_data import (
     tokenize_chat,
 )
 from tritonforge.rollout.prompts import build_messages, render
-from tritonforge.training.sft import SFTTrainer, run_sft
+from tritonforge.training.sft import SFTTrainer
 from tritonforge.types import Status, Verdict
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

@@ -43,6 +43,7 @@ from tritonforge.plan.checks import (
     check_task,
     hub_unavailable,
 )
+from tritonforge.plan.offline import OFFLINE_MODELS, offline_model_dir
 from tritonforge.plan.problems import load_checked, resolve_problems
 from tritonforge.types import Problem
 
@@ -127,7 +128,7 @@ def resolve_bench(cfg: BenchConfig) -> BenchPlan:
 @dataclass(frozen=True)
 class TrainPlan:
     """An RL run, checked: episodes, the trainer's models, evaluation problems, the run dir;
-    `offline_model`: the offline model (jobs.offline_models) the run builds first, when
+    `offline_model`: the offline model (plan.offline) the run builds first, when
     `offline_fallback` replaced the policy; `fallback_note` says what was replaced and why."""
 
     config: TrainRunConfig
@@ -197,8 +198,6 @@ def resolve_policy_fallback(cfg: TrainRunConfig) -> tuple[TrainRunConfig, str | 
     why = {k: reasons[p] for k, p in paths.items() if reasons[p]}
     if not why:
         return cfg, None, None
-    from tritonforge.jobs.offline_models import OFFLINE_MODELS, offline_model_dir
-
     if fallback in OFFLINE_MODELS:
         folder, build = str(offline_model_dir(fallback)), fallback
     else:
@@ -214,8 +213,6 @@ def resolve_train(cfg: TrainRunConfig, pending: Iterable[str] = (), ray: bool = 
     cfg, offline_model, fallback_note = resolve_policy_fallback(cfg)
     pending = tuple(pending)
     if offline_model is not None:  # built by the run, before anything loads
-        from tritonforge.jobs.offline_models import offline_model_dir
-
         pending += (str(offline_model_dir(offline_model)),)
     episodes = resolve_episodes(cfg, pending)
     check_buffer("buffer", cfg.buffer)
