@@ -7,7 +7,7 @@ docs/bench/h200_rl_loop.json) whose top level holds the first part's figures (is
   step's wall over its slowest stage alone, median; goal <= 1.3), pass_rate and mean_reward
   ({"before": .., "after": ..}, measured on the same seeds), per_step (each step's split:
   wall, generate, judge with its queue / correctness / timing, train, sync, idle, GPU busy,
-  generation tokens/s, verdicts/min, memory peaks; definitions in training/accounting.py)
+  generation tokens/s, verdicts/min, memory peaks; definitions in jobs/accounting.py)
 and every part under `parts`:
 - tiny: the tiny policy after the demo's SFT (offline model tiny-sft, built on the device first,
   or a carried folder: --tiny-policy) on the variants suite's rl problems at gpu sizes, judged
