@@ -37,7 +37,7 @@ def test_every_engine_class_is_registered_under_its_type() -> None:
         cls = ENGINES[name]
         assert cls().type == name and cls.model_fields["type"].default == name
         assert callable(resolve_ref(cls.implementation).from_config), name
-    assert HFEngineConfig.abilities.state_dict_weights and HFEngineConfig.abilities.in_process
+    assert HFEngineConfig.abilities.state_dict_weights and not HFEngineConfig.abilities.servers
     assert not any(ENGINES[n].abilities.state_dict_weights for n in ("vllm", "sglang", "balanced"))
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "EngineConfig",
     "EngineConfigBase",
     "HFEngineConfig",
+    "HTTPEngineConfig",
     "SGLangEngineConfig",
     "SamplingParams",
     "ServerEngineConfig",
@@ -64,13 +65,12 @@ class SamplingParams(Section):
 
 @dataclass(frozen=True)
 class EngineAbilities:
-    """What an engine can do. in_process: runs in the caller's process on its `device`;
-    state_dict_weights: takes new weights as an in-memory state dict (weight_sync="state_dict");
-    servers: a client of inference servers at URLs (each rollout worker of a Ray run gets its
-    own share of them); device_kinds: the torch device kinds it runs on in-process;
+    """What an engine can do. state_dict_weights: takes new weights as an in-memory state dict
+    (weight_sync="state_dict"; only an engine in the trainer's process can); servers: a client
+    of inference servers at URLs (each rollout worker of a Ray run gets its own share of them);
+    device_kinds: the torch device kinds it runs on in the caller's process (its `devices()`);
     pause_modes: the `pause_mode` values it honours."""
 
-    in_process: bool = False
     state_dict_weights: bool = False
     servers: bool = False
     device_kinds: tuple[str, ...] = ()
@@ -155,10 +155,7 @@ class HFEngineConfig(EngineConfigBase):
 
     implementation: ClassVar[str] = "tritonforge.rollout.engines.hf:HFEngine"
     abilities: ClassVar[EngineAbilities] = EngineAbilities(
-        in_process=True,
-        state_dict_weights=True,
-        device_kinds=("cpu", "cuda"),
-        pause_modes=("wait", "keep"),
+        state_dict_weights=True, device_kinds=("cpu", "cuda"), pause_modes=("wait", "keep")
     )
 
     def devices(self) -> list[str]:
