@@ -4,9 +4,10 @@ Covers: loading a TOML file into a config model, applying `a.b.c=value` override
 as TOML literals, falling back to strings), rejecting unknown keys with a one-line message that
 suggests the closest known key or value, listing every key of a model (`config_keys`), saving
 the resolved config; sections that are a union of classes chosen by `type` (config.engine): keys
-of another class refused with the types that have them, and a layer (file, override) that
-changes the `type` drops the keys earlier layers gave that the new class lacks. Does not cover: the config models themselves (one module per section
-family). The whole `config` package imports nothing from the rest of tritonforge and no torch.
+of another class refused with the types that have them, and a layer (base, file, override) that
+changes the `type` drops the keys earlier layers gave that the new class lacks. Does not cover:
+the config models themselves (one module per section family). The whole `config` package
+imports nothing from the rest of tritonforge and no torch.
 """
 
 from __future__ import annotations

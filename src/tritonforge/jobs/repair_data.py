@@ -200,7 +200,8 @@ def judge_all(
     open_backend: OpenBackend,
 ) -> list[Broken]:
     """`broken` with verdicts: from the cache when present, else judged by the backend that
-    `open_backend` opens (only when something is not cached; closed after), appended to the cache."""
+    `open_backend` opens (only when something is not cached; closed after) and appended to
+    the cache."""
     path = Path(cache_dir) / "repair_verdicts.jsonl" if cache_dir else None
     cache = _load_cache(path)
     keys = [_key(b, settings) for b in broken]
