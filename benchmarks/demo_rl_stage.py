@@ -35,8 +35,8 @@ def main() -> None:
     from tritonforge.config import with_overrides
     from tritonforge.config.demo import DemoConfig
     from tritonforge.config.run import TrainRunConfig
+    from tritonforge.jobs.loop import run_training
     from tritonforge.plan.runs import resolve_train
-    from tritonforge.training.loop import run_training
 
     saved = json.loads((args.demo_dir / "demo_config.json").read_text())["train"]
     # the saved file lists the measured sets by name; measure them in the demo's order

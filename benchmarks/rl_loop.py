@@ -1,13 +1,13 @@
 """The closed RL loop on one device: generate, judge, train, sync; where each step's time goes.
 
-Runs `tritonforge train`'s loop (training.loop.run_training) on configs/single-gpu.toml with the
+Runs `tritonforge train`'s loop (jobs.loop.run_training) on configs/single-gpu.toml with the
 overrides of each part below, offline (HF_HUB_OFFLINE=1), and writes one JSON (default
 docs/bench/h200_rl_loop.json) whose top level holds the first part's figures (issue 33):
   steps, gpu_busy_fraction (goal >= 0.70 in the async schedule), step_over_slowest_stage (a
   step's wall over its slowest stage alone, median; goal <= 1.3), pass_rate and mean_reward
   ({"before": .., "after": ..}, measured on the same seeds), per_step (each step's split:
   wall, generate, judge with its queue / correctness / timing, train, sync, idle, GPU busy,
-  generation tokens/s, verdicts/min, memory peaks; definitions in training/accounting.py)
+  generation tokens/s, verdicts/min, memory peaks; definitions in jobs/accounting.py)
 and every part under `parts`:
 - tiny: the tiny policy after the demo's SFT (offline model tiny-sft, built on the device first,
   or a carried folder: --tiny-policy) on the variants suite's rl problems at gpu sizes, judged
@@ -15,7 +15,7 @@ and every part under `parts`:
 - shape: the config's own policy offline, i.e. its offline_fallback (the Qwen3-0.6B-shaped
   random model) on KernelBench level 1 at original sizes, one step with 512-token answers: what
   a step costs at that shape (its answers hold no code, so the judge only does static checks).
-Aggregates leave out the first step when there are several (training.accounting.aggregate).
+Aggregates leave out the first step when there are several (jobs.accounting.aggregate).
 A call with some --parts keeps the other parts of an existing --out of the same mode, so the
 parts can run in separate (time-limited) calls.
 --small runs the same code on the CPU (a tiny model, the Triton interpreter, cpu sizes, nothing
@@ -115,7 +115,7 @@ def tiny_policy(args: argparse.Namespace) -> str:
     """The tiny part's policy: a carried folder, else an offline model built here."""
     if args.tiny_policy:
         return str(args.tiny_policy)
-    from tritonforge.training.offline_models import ensure_offline_model
+    from tritonforge.jobs.offline_models import ensure_offline_model
 
     return str(ensure_offline_model("tiny" if args.small else "tiny-sft").resolve())
 
@@ -123,9 +123,9 @@ def tiny_policy(args: argparse.Namespace) -> str:
 def run_part(name: str, overrides: list[str]) -> dict[str, Any]:
     from tritonforge.config import load_config
     from tritonforge.config.run import TrainRunConfig
+    from tritonforge.jobs.loop import run_training
+    from tritonforge.jobs.report import write_report
     from tritonforge.plan.runs import resolve_train
-    from tritonforge.training.loop import run_training
-    from tritonforge.training.report import write_report
 
     plan = resolve_train(load_config(TrainRunConfig, CONFIG, overrides))
     shutil.rmtree(plan.run_dir, ignore_errors=True)  # a fresh run, not a resumed one

@@ -27,11 +27,12 @@ from pathlib import Path
 async def main(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer
 
+    from tritonforge.config.engine import HFEngineConfig
     from tritonforge.config.eval import EvalSettings
     from tritonforge.evaluation.judge.evaluator import Evaluator, LocalBackend
     from tritonforge.problems import load_suite
     from tritonforge.rollout.agent import Agent, AgentConfig
-    from tritonforge.rollout.engines.base import EngineConfig, SamplingParams, build_engine
+    from tritonforge.rollout.engines.base import SamplingParams, build_engine
     from tritonforge.rollout.prompts import PromptConfig, render
     from tritonforge.rollout.tasks import TaskConfig, build_task
     from tritonforge.rollout.tiny_model import ensure_tiny_model
@@ -42,7 +43,7 @@ async def main(args: argparse.Namespace) -> dict:
         else str(ensure_tiny_model(args.model))
     )
     tok = AutoTokenizer.from_pretrained(path)
-    engine = build_engine(EngineConfig(type="hf", model_path=path, max_batch_size=64))
+    engine = build_engine(HFEngineConfig(model_path=path, max_batch_size=64))
     settings = EvalSettings(device="cpu")
     backend = LocalBackend(Evaluator(settings), concurrency=2)
     task = build_task(TaskConfig(prompt=PromptConfig(include_example=False)), backend, settings)

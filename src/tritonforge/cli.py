@@ -6,38 +6,35 @@ that cannot be served as asked (bad arguments, unknown names, missing files or m
 this machine lacks), told in one line on stderr (with `--json` also as one JSON object on
 stdout),
 130 when interrupted. Does not cover: the jobs themselves. A new command is a module exposing
-`register(subparsers)` listed in COMMANDS; a command with a config also sets `config_fn`.
+`register(subparsers)` and one line in COMMANDS; a command with a config also sets `config_fn`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import re
 import sys
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from tritonforge import __version__
 from tritonforge.config import ConfigError, config_json
 from tritonforge.config.names import suggest
+from tritonforge.config.registry import Registry
 from tritonforge.logging_setup import setup_logging
 
-# Order is the order of `tritonforge --help`.
-COMMANDS = [
-    "problems",
-    "eval_kernel",
-    "eval_dir",
-    "serve_eval",
-    "make_tiny_model",
-    "rollout",
-    "bench_model",
-    "sft",
-    "train",
-    "compare",
-    "report",
-    "demo",
-]
+# command -> its module's `register(subparsers)`; the order is the order of `tritonforge --help`.
+COMMANDS: Registry[Callable[[Any], None]] = Registry(
+    "command",
+    {
+        name: f"tritonforge.commands.{name.replace('-', '_')}:register"
+        for name in (
+            "problems", "eval-kernel", "eval-dir", "serve-eval", "make-tiny-model", "rollout",
+            "bench-model", "sft", "train", "compare", "report", "demo",
+        )
+    },
+)  # fmt: skip
 USAGE_ERROR = 2
 _JSON_ERRORS = {"on": False}  # set by main() when --json is on the command line
 
@@ -82,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-json", action="store_true", help="log as JSON lines on stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in COMMANDS:
-        importlib.import_module(f"tritonforge.commands.{name}").register(sub)
+        COMMANDS.lookup(name)(sub)
     return parser
 
 

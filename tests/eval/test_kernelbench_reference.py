@@ -53,7 +53,7 @@ def test_all_200_load(all_problems: list[Problem]) -> None:
 
 @pytest.fixture(scope="module")
 def scaled(all_problems: list[Problem]) -> list[Problem]:
-    from tritonforge.problems.sizing import default_cache_dir, scale_problems
+    from tritonforge.problems.scaling import default_cache_dir, scale_problems
 
     out, report = scale_problems(
         all_problems, workers=2, progress=False, cache_dir=default_cache_dir()

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"no KernelBench data 
 @pytest.fixture(scope="module")
 def scaled() -> list[Problem]:
     from tritonforge.problems.kernelbench import load_kernelbench
-    from tritonforge.problems.sizing import default_cache_dir, scale_problems
+    from tritonforge.problems.scaling import default_cache_dir, scale_problems
 
     out, _ = scale_problems(
         load_kernelbench(DATA), workers=2, progress=False, cache_dir=default_cache_dir()

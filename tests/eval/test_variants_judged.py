@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.evaluator import Evaluator
+from tritonforge.jobs.repair_data import MUTATIONS, judge_all, mutate
+from tritonforge.jobs.sft_data import builtin_pairs, local_judge
 from tritonforge.problems import load_suite
-from tritonforge.training.repair_data import MUTATIONS, judge_all, mutate
-from tritonforge.training.sft_data import builtin_pairs
 from tritonforge.types import Status
 
 SETTINGS = EvalSettings(device="cpu", secret_seed=0)
@@ -36,7 +36,7 @@ def test_every_variant_accepts_its_base_solution() -> None:
 def test_mutations_are_rejected_and_cached(tmp_path, monkeypatch) -> None:
     pairs = builtin_pairs("cpu", ["relu", "leaky_relu"])
     broken = mutate(pairs, list(MUTATIONS))
-    judged = judge_all(broken, SETTINGS, str(tmp_path), workers=2)
+    judged = judge_all(broken, SETTINGS, str(tmp_path), local_judge(SETTINGS, 2))
     got = {(b.problem.name, b.mutation): b.verdict.status for b in judged}
     assert Status.CORRECT not in got.values()
     assert got["relu", "mask_off_by_one"] is Status.NUMERICAL_MISMATCH
@@ -52,5 +52,5 @@ def test_mutations_are_rejected_and_cached(tmp_path, monkeypatch) -> None:
         raise AssertionError("judged although cached")
 
     monkeypatch.setattr("tritonforge.evaluation.judge.evaluator.Evaluator", no_judge)
-    again = judge_all(broken, SETTINGS, str(tmp_path), workers=2)
+    again = judge_all(broken, SETTINGS, str(tmp_path), local_judge(SETTINGS, 2))
     assert [b.verdict.status for b in again] == [b.verdict.status for b in judged]

@@ -32,9 +32,9 @@ def test_loop_on_one_gpu_holds_the_gate_samples_nvml_and_syncs_weights(tmp_path:
     from tritonforge.config import load_config
     from tritonforge.config.run import TrainRunConfig
     from tritonforge.evaluation.judge.device_gate import gate
+    from tritonforge.jobs.assemble import build_pieces
+    from tritonforge.jobs.loop import drive
     from tritonforge.plan.runs import resolve_train
-    from tritonforge.training.assemble import build_pieces
-    from tritonforge.training.loop import drive
 
     policy = relu_policy(tmp_path / "policy")
     cfg = load_config(TrainRunConfig, Path(__file__).parents[2] / "configs" / "single-gpu.toml", [

@@ -65,8 +65,8 @@ def main(mode: str, out: str) -> None:
         trainer.checkpoint()
         core = trainer.core
     else:
+        from tritonforge.jobs.sft_data import TokenizedExample
         from tritonforge.training.sft import SFTTrainer
-        from tritonforge.training.sft_data import TokenizedExample
 
         cfg = SFTRunConfig.model_validate({"optim": {"lr": 1e-2, "eps": 1e-3}, "batch": batch})
         trainer = SFTTrainer(cfg, model=tiny_model(), ctx=ctx)

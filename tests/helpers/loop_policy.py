@@ -16,8 +16,8 @@ def relu_policy(root: Path) -> Path:
     """Build the tiny model under `root` and SFT it; returns the SFT model folder."""
     from tritonforge.config import load_config
     from tritonforge.config.train import SFTRunConfig
+    from tritonforge.jobs.sft import run_sft
     from tritonforge.rollout.tiny_model import ensure_tiny_model
-    from tritonforge.training.sft import run_sft
 
     tiny = ensure_tiny_model(root / "tiny")
     cfg = load_config(SFTRunConfig, None, [

@@ -22,10 +22,10 @@ import torch
 from helpers.loop_policy import LOOP_PROMPT, relu_policy
 from tritonforge.config import load_config
 from tritonforge.config.run import TrainRunConfig
+from tritonforge.jobs.assemble import build_pieces
+from tritonforge.jobs.loop import drive
+from tritonforge.jobs.report import write_report
 from tritonforge.plan.runs import resolve_train
-from tritonforge.training.assemble import build_pieces
-from tritonforge.training.loop import drive
-from tritonforge.training.report import write_report
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

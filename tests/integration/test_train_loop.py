@@ -17,9 +17,9 @@ import pytest
 from tritonforge.cli import main as cli_main
 from tritonforge.config import load_config
 from tritonforge.config.run import TrainRunConfig
+from tritonforge.jobs.loop import run_training
+from tritonforge.jobs.report import write_report
 from tritonforge.rollout.tiny_model import ensure_tiny_model
-from tritonforge.training.loop import run_training
-from tritonforge.training.report import write_report
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
-"""The split of an RL step's wall time (training.accounting), NVML sampling windows
-(training.device_monitor) and the per-step speedup (training.episodes.speedup_geomean)."""
+"""The split of an RL step's wall time (jobs.accounting), NVML sampling windows
+(jobs.device_monitor) and the per-step speedup (jobs.episodes.speedup_geomean)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import pytest
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.evaluator import Evaluator, LocalBackend
-from tritonforge.problems import load_suite
-from tritonforge.training.accounting import (
+from tritonforge.jobs.accounting import (
     LoopAccounting,
     TimedBackend,
     Timeline,
     aggregate,
     judge_spans,
 )
-from tritonforge.training.device_monitor import DeviceMonitor, Sample, open_monitor
-from tritonforge.training.device_share import DeviceShare
-from tritonforge.training.episodes import speedup_geomean
+from tritonforge.jobs.device_monitor import DeviceMonitor, Sample, open_monitor
+from tritonforge.jobs.device_share import DeviceShare
+from tritonforge.jobs.episodes import speedup_geomean
+from tritonforge.problems import load_suite
 from tritonforge.types import Status, Trajectory, Turn, Verdict
 
 
@@ -138,12 +138,12 @@ def test_timed_engine_keeps_the_engine_protocols_statically(tmp_path) -> None:
     wrapper of the in-process engine must itself have `load_state_dict`, or the loop would push
     weights through disk; an HTTP engine's wrapper must not have it."""
     from tritonforge.config.engine import SamplingParams
+    from tritonforge.jobs.accounting import timed_engine
+    from tritonforge.jobs.pieces import StateDictEngine
     from tritonforge.rollout.engines.base import Engine
     from tritonforge.rollout.engines.hf import HFEngine
     from tritonforge.rollout.engines.vllm import VLLMEngine
     from tritonforge.rollout.tiny_model import ensure_tiny_model
-    from tritonforge.training.accounting import timed_engine
-    from tritonforge.training.pieces import StateDictEngine
 
     tl = Timeline()
     hf = timed_engine(HFEngine.from_pretrained(ensure_tiny_model(tmp_path / "m")), tl)

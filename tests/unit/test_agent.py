@@ -15,11 +15,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from tritonforge.commands.bench_model import pass_at_k
+from tritonforge.config.engine import HFEngineConfig
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.evaluator import Evaluator, LocalBackend
 from tritonforge.problems import load_suite
 from tritonforge.rollout.agent import Agent, AgentConfig, ChatFrame
-from tritonforge.rollout.engines.base import EngineConfig, SamplingParams, build_engine
+from tritonforge.rollout.engines.base import SamplingParams, build_engine
 from tritonforge.rollout.prompts import PromptConfig
 from tritonforge.rollout.tasks import TaskConfig, build_task
 from tritonforge.rollout.tiny_model import ensure_tiny_model
@@ -49,7 +50,7 @@ def _task(backend):
 
 
 def test_real_engine_turns_are_token_exact(tiny: Path, tokenizer, backend) -> None:
-    engine = build_engine(EngineConfig(type="hf", model_path=str(tiny)))
+    engine = build_engine(HFEngineConfig(model_path=str(tiny)))
     cfg = AgentConfig(
         max_turns=2,
         early_stop="never",

@@ -10,6 +10,7 @@ import torch
 
 from helpers.train import tiny_lm, trajectories
 from tritonforge.config.train import OptimConfig, SFTRunConfig, TrainerConfig
+from tritonforge.jobs.sft_data import TokenizedExample
 from tritonforge.training.checkpoint import (
     get_rng_state,
     latest_checkpoint,
@@ -19,7 +20,6 @@ from tritonforge.training.checkpoint import (
 from tritonforge.training.optim import lr_factor
 from tritonforge.training.rl import RLTrainer
 from tritonforge.training.sft import SFTTrainer
-from tritonforge.training.sft_data import TokenizedExample
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

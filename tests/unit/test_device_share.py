@@ -8,7 +8,7 @@ import time
 from tritonforge.config import load_config
 from tritonforge.config.run import TrainRunConfig
 from tritonforge.evaluation.judge.device_gate import gate
-from tritonforge.training.device_share import DeviceShare, share_for
+from tritonforge.jobs.device_share import DeviceShare, share_for
 
 
 def test_a_hold_waits_for_a_timing_and_keeps_the_next_one_out() -> None:

@@ -17,8 +17,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from helpers.live_server import free_port, serve
+from tritonforge.config.engine import (
+    BalancedEngineConfig,
+    HFEngineConfig,
+    SGLangEngineConfig,
+    VLLMEngineConfig,
+)
 from tritonforge.rollout.engines.balancer import BalancedEngine
-from tritonforge.rollout.engines.base import EngineConfig, SamplingParams, build_engine
+from tritonforge.rollout.engines.base import SamplingParams, build_engine
 from tritonforge.rollout.engines.hf import HFEngine, filter_logits
 from tritonforge.rollout.engines.http import RetryPolicy
 from tritonforge.rollout.engines.sglang import SGLangEngine
@@ -270,14 +276,12 @@ def test_hf_pause_mode_decides_whether_a_weight_copy_waits_for_the_batch(
 
 
 def test_build_engine_registry(tiny_dir: Path) -> None:
-    eng = build_engine(EngineConfig(type="hf", model_path=str(tiny_dir)))
+    eng = build_engine(HFEngineConfig(model_path=str(tiny_dir)))
     assert isinstance(eng, HFEngine)
-    assert isinstance(build_engine(EngineConfig(type="vllm")), VLLMEngine)
-    assert isinstance(build_engine(EngineConfig(type="sglang")), SGLangEngine)
+    assert isinstance(build_engine(VLLMEngineConfig()), VLLMEngine)
+    assert isinstance(build_engine(SGLangEngineConfig()), SGLangEngine)
     bal = build_engine(
-        EngineConfig(
-            type="balanced", backend="sglang", urls=["http://127.0.0.1:1", "http://127.0.0.1:2"]
-        )
+        BalancedEngineConfig(backend="sglang", urls=["http://127.0.0.1:1", "http://127.0.0.1:2"])
     )
     assert isinstance(bal, BalancedEngine) and bal.outstanding == [0, 0]
 
@@ -677,8 +681,7 @@ def test_balancer_skips_dead_endpoint_and_fans_out_updates() -> None:
 def test_balancer_over_http_with_a_dead_url() -> None:
     state = FakeState()
     with serve(fake_vllm(state)) as url:
-        cfg = EngineConfig(
-            type="balanced",
+        cfg = BalancedEngineConfig(
             backend="vllm",
             served_model_name="m",
             urls=[f"http://127.0.0.1:{free_port()}", url],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tritonforge.training.episodes import EPISODE_KEYS, episode_stats
+from tritonforge.jobs.episodes import EPISODE_KEYS, episode_stats
 from tritonforge.types import Status, Trajectory, Turn, Verdict
 
 

@@ -27,14 +27,8 @@ from tritonforge.problems.kernelbench import (
     make_problem,
     resolve_source,
 )
-from tritonforge.problems.sizing import (
-    DEFAULT_ELEMENT_BUDGET,
-    default_cache_dir,
-    module_constants,
-    rewrite_constants,
-    scale_problems,
-    size_constants,
-)
+from tritonforge.problems.scaling import DEFAULT_ELEMENT_BUDGET, default_cache_dir, scale_problems
+from tritonforge.problems.sizing import module_constants, rewrite_constants, size_constants
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kernelbench"
 
@@ -475,7 +469,7 @@ def test_first_task_after_start_pays_no_warm_up():
     loaded machine the 3-s timeout of the test above fired on a correct problem. The worker
     now warms up before saying ready; CPU seconds do not depend on how loaded the machine is."""
     from tritonforge.problems.scale_worker import WorkerProcess
-    from tritonforge.problems.sizing import _task
+    from tritonforge.problems.scaling import _task
 
     worker = WorkerProcess(threads=1)
     try:

@@ -1,5 +1,5 @@
 """A policy named by a hub id that cannot load here is replaced by `offline_fallback` (plan.runs),
-and the offline models are built on first use (training.offline_models)."""
+and the offline models are built on first use (jobs.offline_models)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 
 from tritonforge.config import load_config, with_overrides
 from tritonforge.config.run import TrainRunConfig
+from tritonforge.jobs import offline_models
+from tritonforge.jobs.offline_models import ensure_offline_model, offline_model_dir
 from tritonforge.plan import PlanError
 from tritonforge.plan.checks import hub_unavailable
 from tritonforge.plan.runs import resolve_policy_fallback, resolve_train
-from tritonforge.training import offline_models
-from tritonforge.training.offline_models import ensure_offline_model, offline_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
 HUB = "Qwen/Qwen3-0.6B"

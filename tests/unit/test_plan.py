@@ -282,11 +282,11 @@ def test_size_warning_counts_flops_for_matmul() -> None:
 def test_driver_pieces_satisfy_the_protocols() -> None:
     import inspect
 
+    from tritonforge.jobs.pieces import EpisodeRunner, MetricsSink, PolicyTrainer
     from tritonforge.rollout.agent import Agent
     from tritonforge.scale.rollout_pool import RayAgent
     from tritonforge.scale.trainer_group import TrainerGroup
     from tritonforge.training.metrics import MetricsLogger
-    from tritonforge.training.pieces import EpisodeRunner, MetricsSink, PolicyTrainer
     from tritonforge.training.rl import RLTrainer
 
     def members(proto: type) -> set[str]:

@@ -12,9 +12,9 @@ import pytest
 
 from tritonforge.config.rollout import ProblemsConfig
 from tritonforge.config.train import SFTDataConfig
-from tritonforge.training import repair_data
-from tritonforge.training.repair_data import MUTATIONS, Broken, _key, mutate
-from tritonforge.training.sft_data import (
+from tritonforge.jobs import sft_data
+from tritonforge.jobs.repair_data import MUTATIONS, Broken, _key, mutate
+from tritonforge.jobs.sft_data import (
     build_sft_dataset,
     builtin_pairs,
     end_of_turn_id,
@@ -103,7 +103,7 @@ def test_repair_chats_from_cached_verdicts_train_only_the_fix(tok, tmp_path, mon
         raise AssertionError("judged although cached")
 
     monkeypatch.setattr("tritonforge.evaluation.judge.evaluator.Evaluator", no_judge)
-    chats = repair_data.repair_chats(pairs, cfg)
+    chats = sft_data.repair_chats(pairs, cfg)
     assert [c.messages[2]["content"] for c in chats] == [
         pair_to_chat(
             b.problem, "", cfg, [(b.code, Verdict(status=Status.NUMERICAL_MISMATCH))]
@@ -130,3 +130,29 @@ def test_repair_chats_from_cached_verdicts_train_only_the_fix(tok, tmp_path, mon
 def test_broken_records_carry_their_source() -> None:
     b = mutate(builtin_pairs("cpu", ["tanh"]), ["truncated"])[0]
     assert isinstance(b, Broken) and b.verdict is None and b.problem.name == "tanh"
+
+
+def test_judge_all_takes_its_backend_as_an_argument_also_inside_an_event_loop(tmp_path) -> None:
+    """repair_data opens the backend it is given (here the in-process evaluator of
+    sft_data.local_judge), only for programs not cached, and runs inside a running event loop
+    (the RL job builds its anchors' SFT data in one)."""
+    import asyncio
+
+    from tritonforge.config.eval import EvalSettings
+    from tritonforge.jobs.repair_data import judge_all
+
+    settings = EvalSettings(device="cpu")
+    broken = mutate(builtin_pairs("cpu", ["relu"]), ["syntax_error"])
+    opened: list[str] = []
+
+    def judge():  # the real in-process evaluator, counted
+        opened.append("evaluator")
+        return sft_data.local_judge(settings, 1)()
+
+    async def in_loop():
+        return judge_all(broken, settings, str(tmp_path), judge)
+
+    (b,) = asyncio.run(in_loop())
+    assert b.verdict is not None and b.verdict.status is Status.SYNTAX_ERROR
+    (again,) = judge_all(broken, settings, str(tmp_path), judge)  # cached: not opened again
+    assert again.verdict == b.verdict and opened == ["evaluator"]

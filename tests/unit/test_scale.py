@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from tritonforge.config.engine import HFEngineConfig, SGLangEngineConfig, VLLMEngineConfig
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.scale import RolloutRole, ScaleConfig
-from tritonforge.rollout.engines.base import EngineConfig, SamplingParams
+from tritonforge.rollout.engines.base import SamplingParams
 from tritonforge.scale.actors import placed_settings, worker_engine_config
 from tritonforge.scale.backend import ActorEvalBackend
 from tritonforge.scale.placement import plan_placement
@@ -283,7 +284,7 @@ def test_servers_take_the_inference_gpus_and_workers_become_cpu_clients() -> Non
 
 
 def test_worker_engine_sections_split_servers_and_seeds() -> None:
-    e = EngineConfig(type="vllm", urls=["http://a", "http://b", "http://c"], seed=5)
+    e = VLLMEngineConfig(urls=["http://a", "http://b", "http://c"], seed=5)
     w0 = worker_engine_config(e, 0, 2, 1000, None)
     w1 = worker_engine_config(e, 1, 2, 1000, None)
     assert (w0.type, w0.backend, w0.urls, w0.seed) == (
@@ -293,10 +294,10 @@ def test_worker_engine_sections_split_servers_and_seeds() -> None:
         5,
     )
     assert (w1.type, w1.url, w1.seed) == ("vllm", "http://b", 1005)
-    hf = worker_engine_config(EngineConfig(), 3, 4, 10, None)
+    hf = worker_engine_config(HFEngineConfig(), 3, 4, 10, None)
     assert (hf.type, hf.seed) == ("hf", 30)
     with pytest.raises(ValueError, match="at least as many"):
-        worker_engine_config(EngineConfig(type="sglang"), 0, 2, 1, None)
+        worker_engine_config(SGLangEngineConfig(), 0, 2, 1, None)
 
 
 def test_eval_actor_owns_placement_settings() -> None:

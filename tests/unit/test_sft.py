@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from tritonforge.config.train import SFTDataConfig, SFTRunConfig
-from tritonforge.rollout.prompts import build_messages, render
-from tritonforge.training.sft import SFTTrainer, run_sft
-from tritonforge.training.sft_data import (
+from tritonforge.jobs.sft import run_sft
+from tritonforge.jobs.sft_data import (
     TemplateError,
     answer_text,
     build_sft_dataset,
@@ -22,6 +21,8 @@ from tritonforge.training.sft_data import (
     pair_to_chat,
     tokenize_chat,
 )
+from tritonforge.rollout.prompts import build_messages, render
+from tritonforge.training.sft import SFTTrainer
 from tritonforge.types import Status, Verdict
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

@@ -183,8 +183,8 @@ def test_rl_trainer_packed_equals_padded_over_two_steps():
 
 
 def test_sft_packed_equals_padded():
+    from tritonforge.jobs.sft_data import TokenizedExample
     from tritonforge.training.sft import SFTTrainer
-    from tritonforge.training.sft_data import TokenizedExample
 
     examples = [
         TokenizedExample(t.token_ids, t.loss_mask) for t in trajectories(5, seed=7)

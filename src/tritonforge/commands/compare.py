@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from tritonforge.plan.runs import resolve_compare
 
     plan = resolve_compare(config_from_args(args))
-    from tritonforge.training.loop import run_training
-    from tritonforge.training.report import write_comparison, write_report
+    from tritonforge.jobs.loop import run_training
+    from tritonforge.jobs.report import write_comparison, write_report
 
     save_config(plan.config, f"{plan.config.run_dir}/compare_config.json")
     runs = {}

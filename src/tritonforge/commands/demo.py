@@ -85,11 +85,11 @@ def run_one(cfg: DemoConfig) -> dict[str, Any]:
     cfg, root = plan.config, plan.root
     root.mkdir(parents=True, exist_ok=True)
     t0, load0 = time.monotonic(), os.getloadavg()[0]
+    from tritonforge.jobs.loop import run_training
+    from tritonforge.jobs.report import write_report
+    from tritonforge.jobs.sft import run_sft
     from tritonforge.rollout.tiny_model import ensure_tiny_model
-    from tritonforge.training.loop import run_training
-    from tritonforge.training.report import write_report
     from tritonforge.training.reproducible import make_reproducible
-    from tritonforge.training.sft import run_sft
 
     make_reproducible(cfg.seed, cfg.threads)
     say("[1/4] tiny model")

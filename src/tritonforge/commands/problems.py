@@ -5,7 +5,7 @@ Covers: argument parsing and printing for listing problems (table or JSON), show
 problem's reference source (and built-in solution), writing scaled KernelBench sources in
 KernelBench layout with a JSON report, and checking each problem (one reason per problem that
 cannot run here: judge/problem_check.why_not). Does not cover: loading or scaling themselves
-(tritonforge.problems, problems.kernelbench, problems.sizing).
+(tritonforge.problems, problems.kernelbench, problems.scaling).
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_scale(args: argparse.Namespace) -> int:
     from tritonforge.problems.kernelbench import KernelBenchError, load_kernelbench_original
-    from tritonforge.problems.sizing import (
+    from tritonforge.problems.scaling import (
         DEFAULT_ELEMENT_BUDGET,
         default_cache_dir,
         scale_problems,

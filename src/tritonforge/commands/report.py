@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tritonforge.training.report import write_report
+    from tritonforge.jobs.report import write_report
 
     if not args.run_dir.is_dir():
         print(f"tritonforge report: {args.run_dir} is not a directory", file=sys.stderr)

@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
         from tritonforge.rollout.tiny_model import ensure_tiny_model
 
         ensure_tiny_model(plan.model.path)
+    from tritonforge.jobs.sft import run_sft
     from tritonforge.training.distributed import destroy_distributed
-    from tritonforge.training.sft import run_sft
 
     try:
         result = run_sft(plan.config)

@@ -64,11 +64,11 @@ def run(args: argparse.Namespace) -> int:
 
         summary = asyncio.run(run_training_ray(plan))
     else:
-        from tritonforge.training.loop import run_training
+        from tritonforge.jobs.loop import run_training
 
         summary = asyncio.run(run_training(plan))
     if args.report:
-        from tritonforge.training.report import write_report
+        from tritonforge.jobs.report import write_report
 
         write_report(plan.run_dir)
     print(

@@ -16,7 +16,7 @@ from pydantic import Field
 from tritonforge.config import Section
 from tritonforge.config.agent import AgentConfig
 from tritonforge.config.buffer import BufferConfig
-from tritonforge.config.engine import EngineConfig
+from tritonforge.config.engine import EngineConfig, HFEngineConfig
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.task import TaskConfig
 
@@ -53,7 +53,7 @@ class EvalBackendConfig(Section):
 class EpisodeSections(Section):
     """What playing episodes needs: an engine, a task, an agent, problems and a judge."""
 
-    engine: EngineConfig = Field(default_factory=EngineConfig)
+    engine: EngineConfig = Field(default_factory=HFEngineConfig)
     task: TaskConfig = Field(default_factory=TaskConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     problems: ProblemsConfig = Field(default_factory=ProblemsConfig)

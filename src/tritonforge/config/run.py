@@ -72,7 +72,7 @@ class TrainRunConfig(RolloutSections):
         None,
         description="the policy where its hub id cannot be loaded here (not in the Hugging Face "
         "cache and the hub offline or unreachable): an offline model by name "
-        "(training.offline_models: tiny, tiny-sft, qwen3-0.6b-shape; built on first use) or a "
+        "(jobs.offline_models: tiny, tiny-sft, qwen3-0.6b-shape; built on first use) or a "
         "model folder; it replaces engine.model_path and the trainer's model paths that name "
         "that hub id, and the run records it. None: such a run is refused",
     )

@@ -6,26 +6,27 @@ training.losses so configs stay torch-free; training.losses re-exports it).
 Does not cover: anything that imports torch, the rollout/engine/evaluator sections (rollout.*,
 config.eval) or the RL driver loop's own settings (its command owns them).
 
-Loss names are validated against the built-in ones plus any registered at run time in
-`tritonforge.training.losses.LOSSES` (checked only if that module is already imported, so this
-module never imports torch).
+Loss names are validated against `LOSSES`, the loss registry: it names the built-in losses
+lazily (their module, training.losses, registers them when imported; this module never imports
+torch), and a loss registered at run time with `training.losses.register_loss` is in it too.
 """
 
 from __future__ import annotations
 
-import sys
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from tritonforge.config import Section
 from tritonforge.config.eval import EvalSettings
-from tritonforge.config.names import unknown_name
+from tritonforge.config.registry import Registry
 from tritonforge.config.rollout import ProblemsConfig
 from tritonforge.config.task import FeedbackConfig, PromptConfig
 
 __all__ = [
     "BUILTIN_LOSSES",
+    "LOSSES",
     "BatchConfig",
     "CheckpointConfig",
     "DistConfig",
@@ -42,13 +43,11 @@ __all__ = [
 ]
 
 BUILTIN_LOSSES = ("grpo", "dr_grpo", "gspo", "grpo_tis", "gspo_tis")
+# name -> loss function (training.losses); the built-in ones are registered when it is imported
+LOSSES: Registry[Callable[..., Any]] = Registry(
+    "loss", dict.fromkeys(BUILTIN_LOSSES, "tritonforge.training.losses"), unique=True
+)
 Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant_norm"]
-
-
-def known_losses() -> set[str]:
-    mod = sys.modules.get("tritonforge.training.losses")
-    registered = set(getattr(mod, "LOSSES", {})) if mod is not None else set()
-    return set(BUILTIN_LOSSES) | registered
 
 
 class ModelConfig(Section):
@@ -203,9 +202,8 @@ class LossConfig(Section):
     @field_validator("type")
     @classmethod
     def _known_type(cls, value: str) -> str:
-        known = known_losses()
-        if value not in known:
-            raise ValueError(unknown_name("loss", value, known))
+        if value not in LOSSES:
+            raise LOSSES.unknown(value)
         return value
 
 
@@ -291,7 +289,7 @@ class RepairDataConfig(Section):
 
     mutations: list[str] = Field(
         default_factory=list,
-        description="names in training.repair_data.MUTATIONS, tried in this order; empty = none",
+        description="names in jobs.repair_data.MUTATIONS, tried in this order; empty = none",
     )
     per_problem: int = Field(3, ge=1, description="episodes kept per problem (first that fail)")
     problems: list[str] = Field(

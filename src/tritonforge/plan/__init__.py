@@ -6,7 +6,7 @@ registry names checked (rewards, losses, returns, buffer stages, engines, tasks,
 templates), model paths, devices and run dirs checked (`plan.checks`). Nothing here imports
 torch, loads weights, starts a worker or writes a file: a plan that resolves leaves no trace,
 so a refused request costs seconds, not a model load. Does not cover: building the engine,
-evaluator or trainer from a plan (the commands and training.loop do that next).
+evaluator or trainer from a plan (the commands and jobs.loop do that next).
 """
 
 from __future__ import annotations

@@ -19,12 +19,13 @@ from urllib.parse import urlparse
 
 from tritonforge.config.agent import AgentConfig
 from tritonforge.config.buffer import BufferConfig
-from tritonforge.config.engine import EngineConfig
+from tritonforge.config.engine import ENGINES, EngineConfigBase
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.names import unknown_name
+from tritonforge.config.registry import Registry
 from tritonforge.config.rollout import EvalBackendConfig
 from tritonforge.config.task import TaskConfig
-from tritonforge.config.train import LossConfig
+from tritonforge.config.train import LOSSES, LossConfig
 from tritonforge.hardware import gpu_presence
 from tritonforge.plan import PlanError
 
@@ -45,31 +46,36 @@ def check_reward(key: str, settings: EvalSettings) -> None:
     check_name(f"{key}.reward", "reward", settings.reward, REWARDS)
 
 
-def check_loss(key: str, loss: LossConfig) -> None:
-    """Built-in losses are checked by the config itself; this adds run-time registered ones."""
-    from tritonforge.config.train import known_losses
+def check_registered(key: str, registry: Registry, name: str) -> str:
+    """`name` if `registry` has it (nothing imported), else PlanError `KEY: unknown KIND ...`."""
+    if name not in registry:
+        raise PlanError(f"{key}: {registry.unknown(name)}")
+    return name
 
-    check_name(f"{key}.type", "loss", loss.type, known_losses())
+
+def check_loss(key: str, loss: LossConfig) -> None:
+    """LossConfig checks the name when it is set; checked here with the other registry names."""
+    check_registered(f"{key}.type", LOSSES, loss.type)
 
 
 def check_buffer(key: str, cfg: BufferConfig) -> None:
     from tritonforge.rollout.buffer import STAGE_TABLES
 
     for what, table in STAGE_TABLES.items():
-        check_name(f"{key}.{what}", f"buffer {what} stage", getattr(cfg, what), table)
+        check_registered(f"{key}.{what}", table, getattr(cfg, what))
 
 
 def check_agent(key: str, cfg: AgentConfig) -> None:
     from tritonforge.rollout.returns import RETURNS
 
-    check_name(f"{key}.returns.type", "returns mode", cfg.returns.type, RETURNS)
+    check_registered(f"{key}.returns.type", RETURNS, cfg.returns.type)
 
 
 def check_task(key: str, cfg: TaskConfig) -> None:
     from tritonforge.rollout.prompts import load_template
     from tritonforge.rollout.tasks import TASKS
 
-    check_name(f"{key}.type", "task", cfg.type, TASKS)
+    check_registered(f"{key}.type", TASKS, cfg.type)
     templates = [("system_template", cfg.prompt.system_template)]
     templates.append(("user_template", cfg.prompt.user_template))
     if cfg.prompt.include_example:
@@ -194,19 +200,29 @@ def check_model(key: str, path: str, pending: Iterable[str] = ()) -> ModelRef:
     raise PlanError(f"{key}: model {path} does not exist{_missing_model_hint(p)}")
 
 
-def check_engine(key: str, cfg: EngineConfig, pending: Iterable[str] = ()) -> ModelRef:
-    """Registered type, URLs, device; the model the engine (or its tokenizer) loads."""
-    from tritonforge.rollout.engines.base import ENGINES
-
-    check_name(f"{key}.type", "engine", cfg.type, ENGINES)
-    if cfg.type == "hf" and cfg.device.startswith("cuda"):
-        check_gpu(f"{key}.device", f"device {cfg.device!r}")
-    if cfg.type == "hf" and cfg.pause_mode == "abort":
-        raise PlanError(f"{key}.pause_mode: the hf engine takes wait or keep, not abort")
-    if cfg.type in ("vllm", "sglang"):
-        check_url(f"{key}.url", cfg.url)
-    if cfg.type == "balanced":
-        check_urls(f"{key}.urls", cfg.urls, "a balanced engine")
+def check_engine(key: str, cfg: EngineConfigBase, pending: Iterable[str] = ()) -> ModelRef:
+    """Registered type; what its abilities need (devices of a kind it runs on and usable here, a
+    pause mode it honours, server URLs); the model the engine (or its tokenizer) loads."""
+    check_registered(f"{key}.type", ENGINES, cfg.type)
+    able = cfg.abilities
+    for device in cfg.devices():
+        kind = device.split(":")[0]
+        if kind not in able.device_kinds:
+            runs_on = " or ".join(able.device_kinds)
+            raise PlanError(
+                f"{key}.device: the {cfg.type} engine runs on {runs_on}, not {device!r}"
+            )
+        if kind == "cuda":
+            check_gpu(f"{key}.device", f"device {device!r}")
+    mode = getattr(cfg, "pause_mode", None)
+    if mode is not None and mode not in able.pause_modes:
+        takes = " or ".join(able.pause_modes)
+        raise PlanError(f"{key}.pause_mode: the {cfg.type} engine takes {takes}, not {mode}")
+    for field, urls in cfg.endpoint_keys().items():
+        if isinstance(urls, str):
+            check_url(f"{key}.{field}", urls)
+        else:
+            check_urls(f"{key}.{field}", urls, f"a {cfg.type} engine")
     return check_model(f"{key}.model_path", cfg.model_path, pending)
 
 

@@ -6,7 +6,7 @@ Covers: `EvalPlan` (eval-kernel, eval-dir, the judge's settings and device), `Ep
 run dir, Ray), `SFTPlan`, `ComparePlan` and `DemoPlan` (whose later steps use models the earlier
 steps write: `pending`). A plan holds the config it came from, so a run reads everything from
 the plan. Torch-free; nothing is created or loaded. Does not cover: running a plan (commands,
-training.loop, scale.driver).
+jobs.loop, scale.driver).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Literal
 
 from tritonforge.config import with_overrides
 from tritonforge.config.demo import DemoConfig
+from tritonforge.config.engine import ENGINES
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.rollout import BenchConfig, EpisodeSections, RolloutConfig
 from tritonforge.config.run import CompareConfig, TrainRunConfig
@@ -42,6 +43,7 @@ from tritonforge.plan.checks import (
     check_task,
     hub_unavailable,
 )
+from tritonforge.plan.offline import OFFLINE_MODELS, offline_model_dir
 from tritonforge.plan.problems import load_checked, resolve_problems
 from tritonforge.types import Problem
 
@@ -126,7 +128,7 @@ def resolve_bench(cfg: BenchConfig) -> BenchPlan:
 @dataclass(frozen=True)
 class TrainPlan:
     """An RL run, checked: episodes, the trainer's models, evaluation problems, the run dir;
-    `offline_model`: the offline model (training.offline_models) the run builds first, when
+    `offline_model`: the offline model (plan.offline) the run builds first, when
     `offline_fallback` replaced the policy; `fallback_note` says what was replaced and why."""
 
     config: TrainRunConfig
@@ -196,8 +198,6 @@ def resolve_policy_fallback(cfg: TrainRunConfig) -> tuple[TrainRunConfig, str | 
     why = {k: reasons[p] for k, p in paths.items() if reasons[p]}
     if not why:
         return cfg, None, None
-    from tritonforge.training.offline_models import OFFLINE_MODELS, offline_model_dir
-
     if fallback in OFFLINE_MODELS:
         folder, build = str(offline_model_dir(fallback)), fallback
     else:
@@ -213,8 +213,6 @@ def resolve_train(cfg: TrainRunConfig, pending: Iterable[str] = (), ray: bool = 
     cfg, offline_model, fallback_note = resolve_policy_fallback(cfg)
     pending = tuple(pending)
     if offline_model is not None:  # built by the run, before anything loads
-        from tritonforge.training.offline_models import offline_model_dir
-
         pending += (str(offline_model_dir(offline_model)),)
     episodes = resolve_episodes(cfg, pending)
     check_buffer("buffer", cfg.buffer)
@@ -232,8 +230,12 @@ def resolve_train(cfg: TrainRunConfig, pending: Iterable[str] = (), ray: bool = 
     if cfg.trainer.dist.backend == "nccl":
         check_gpu("trainer.dist.backend", "the nccl backend")
     check_temperatures(cfg)
-    if cfg.weight_sync == "state_dict" and cfg.engine.type != "hf":
-        raise PlanError("weight_sync: state_dict needs the in-process hf engine; use disk or auto")
+    if cfg.weight_sync == "state_dict" and not cfg.engine.abilities.state_dict_weights:
+        able = [n for n in ENGINES.names() if ENGINES[n].abilities.state_dict_weights]
+        raise PlanError(
+            f"weight_sync: state_dict needs the in-process engine taking weights in memory "
+            f"({', '.join(able)}), not {cfg.engine.type}; use disk or auto"
+        )
     ev = cfg.evaluate
     eval_problems = episodes.problems
     if ev.enabled and ev.problems is not None:

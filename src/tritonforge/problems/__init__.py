@@ -3,8 +3,9 @@
 Covers: a registry of suites keyed by name (`SUITES`), each a function returning Problems at a
 size preset with the presets it knows (`SUITE_SIZES`), `known_suites`, `check_suite` (name and
 size checked before anything loads, with "did you mean"), and `select` filters. Does not cover:
-running problems (see evaluation). A new suite is a registry entry:
-`register_suite("name", loader, sizes=(...))`.
+running problems (see evaluation). A new suite is a registry entry: its module calls
+`register_suite("name", loader, sizes=(...))`; a project suite is also named in `SUITES`'s table
+(name -> the module that registers it), so its name is known before that module is imported.
 """
 
 from __future__ import annotations
@@ -13,10 +14,19 @@ import fnmatch
 from collections.abc import Callable
 
 from tritonforge.config.names import unknown_name
+from tritonforge.config.registry import Registry
 from tritonforge.types import Problem
 
 SuiteLoader = Callable[..., list[Problem]]
-SUITES: dict[str, SuiteLoader] = {}
+# name -> loader; the project's suites are named by the module that registers them when imported
+SUITES: Registry[SuiteLoader] = Registry(
+    "suite",
+    {
+        "builtin": "tritonforge.problems.builtin",
+        "kernelbench": "tritonforge.problems.kernelbench",
+        "variants": "tritonforge.problems.variants",
+    },
+)
 SUITE_SIZES: dict[str, tuple[str, ...]] = {}
 
 
@@ -29,22 +39,21 @@ class UnknownSuite(KeyError):
 
 def register_suite(name: str, loader: SuiteLoader, sizes: tuple[str, ...] = ()) -> None:
     """Register `loader` as suite `name`; `sizes` lists its size presets (empty: not checked)."""
-    SUITES[name] = loader
     SUITE_SIZES[name] = tuple(sizes)
+    SUITES.register(name, loader)
 
 
 def known_suites() -> list[str]:
-    """Every suite name: the project's own (imported now if needed) and any registered."""
-    _ensure_registered(None)
-    return sorted(SUITES)
+    """Every suite name: the project's own and any registered (nothing is imported)."""
+    return SUITES.names()
 
 
 def check_suite(name: str, size: str | None = None) -> None:
     """Raise UnknownSuite (with the known names and a "did you mean") for an unknown suite or
-    size preset; loads no problem."""
-    _ensure_registered(name if name in _SUITE_MODULES else None)
+    size preset; imports the suite's module (for its size presets) but loads no problem."""
     if name not in SUITES:
         raise UnknownSuite(unknown_name("suite", name, SUITES))
+    SUITES.lookup(name)
     sizes = SUITE_SIZES.get(name, ())
     if size is not None and sizes and size not in sizes:
         raise UnknownSuite(unknown_name(f"{name} size preset", size, sizes))
@@ -53,7 +62,7 @@ def check_suite(name: str, size: str | None = None) -> None:
 def load_suite(name: str, **kwargs) -> list[Problem]:
     """Load a registered suite (`builtin`, `kernelbench`, ...); kwargs go to its loader."""
     check_suite(name, kwargs.get("size"))
-    return SUITES[name](**kwargs)
+    return SUITES.lookup(name)(**kwargs)
 
 
 def select(
@@ -80,20 +89,3 @@ def select(
         wanted = set(ids)
         out = [p for p in out if p.id in wanted or p.name in wanted]
     return out
-
-
-# Modules that register the project's own suites when imported.
-_SUITE_MODULES = {
-    "builtin": "tritonforge.problems.builtin",
-    "kernelbench": "tritonforge.problems.kernelbench",
-    "variants": "tritonforge.problems.variants",
-}
-
-
-def _ensure_registered(name: str | None = None) -> None:
-    """Import the module of suite `name` (or of every project suite) if not registered yet."""
-    import importlib
-
-    for suite, module in _SUITE_MODULES.items():
-        if suite not in SUITES and (name is None or suite == name):
-            importlib.import_module(module)

@@ -7,8 +7,8 @@ original TritonForge release's JSONL: prompt, label, extra_info), level-4 source
 (problems/hf_offline.py),
 `load_kernelbench_hf` (the `datasets` library, optional, online or from its cache), source
 resolution, a coarse category guess, and `load_kernelbench`, registered as suite "kernelbench"
-(sizes "original"/"gpu" as published, "scaled"/"cpu" shrunk by `problems.sizing`).
-Does not cover: running problems (evaluation) or how scaling works (problems.sizing).
+(sizes "original"/"gpu" as published, "scaled"/"cpu" shrunk by `problems.scaling`).
+Does not cover: running problems (evaluation) or how scaling works (problems.scaling, sizing).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from tritonforge.logging_setup import get_logger
 from tritonforge.problems import register_suite
 from tritonforge.problems.hf_offline import offline_source, uses_hub
-from tritonforge.problems.sizing import DEFAULT_ELEMENT_BUDGET, default_cache_dir, scale_problems
+from tritonforge.problems.scaling import DEFAULT_ELEMENT_BUDGET, default_cache_dir, scale_problems
 from tritonforge.types import Problem
 
 log = get_logger(__name__)
@@ -338,7 +338,7 @@ def load_kernelbench(
 
     Scaled: each problem shrunk to `budget` elements (default sizing.DEFAULT_ELEMENT_BUDGET)
     and/or by `factor`; problems that cannot be scaled are left out (logged with the reason).
-    Results are cached under sizing.default_cache_dir() unless `cache` is False.
+    Results are cached under scaling.default_cache_dir() unless `cache` is False.
     """
     if size not in SIZES:
         raise KernelBenchError(f"unknown size {size!r}; use one of {sorted(SIZES)}")

@@ -6,7 +6,8 @@ the budget, ties to the largest value, every step checked by building the model 
 forward on the meta device), the CPU validation run of the result; and, parent side,
 `WorkerProcess` (spawn a child, request with a timeout, kill its process group) and the
 on-disk cache of replies.
-Does not cover: deciding which constants are sizes or rewriting sources (problems.sizing).
+Does not cover: deciding which constants are sizes or rewriting sources (problems.sizing), or
+the pool of workers and the results (problems.scaling).
 torch is imported only in the child.
 """
 
@@ -219,7 +220,7 @@ def validate(src: str) -> float:
 
 
 def handle(task: dict[str, Any]) -> dict[str, Any]:
-    """One scaling task -> reply (see sizing.ScaleResult for the fields' meaning)."""
+    """One scaling task -> reply (see scaling.ScaleResult for the fields' meaning)."""
     src: str = task["src"]
     budget, flop_budget = task.get("budget"), task.get("flop_budget")
     factor = task.get("factor")

@@ -7,7 +7,7 @@ the chosen size with the forward re-spelled, e.g. `torch.sigmoid(x)` written as
 which computes the same function) and the registration as suite "variants". `category` is the
 split: "sft" (spellings whose pairs may be SFT data), "rl" (prompts to train on with RL only)
 or "heldout" (measured only).
-Does not cover: judging (see evaluation) or training data (see training.sft_data). In the demo
+Does not cover: judging (see evaluation) or training data (see jobs.sft_data). In the demo
 the "rl" and "heldout" prompts never appear in SFT data: the correct kernel is one the model was
 taught for another spelling, so what RL must learn there is which kernel a new spelling needs.
 """

@@ -5,7 +5,7 @@ forward, with the model built and run on the meta device: no memory, no compute)
 `interpreter_seconds` (an order-of-magnitude time per call on the CPU interpreter) and
 `cpu_warning` (the one-line warning eval-kernel prints when a reference is too large for the
 interpreter, naming the way out: the problem's `cpu` size preset). Does not cover: scaling
-sources (problems.sizing) or judging.
+sources (problems.scaling) or judging.
 
 Rates (`INTERPRETER_BYTES_PER_S`, `INTERPRETER_FLOPS_PER_S`): measured 2026-12 with
 `tritonforge eval-kernel --device cpu --json` (phase_seconds) on the 2-core CPU development

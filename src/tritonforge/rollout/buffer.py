@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonforge.config.buffer import BufferConfig
-from tritonforge.config.names import unknown_name
+from tritonforge.config.registry import Registry
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.buffer_stages import (
     FILTERS,
@@ -47,7 +47,7 @@ __all__ = [
 
 log = get_logger(__name__)
 
-STAGE_TABLES = {
+STAGE_TABLES: dict[str, Registry] = {  # the buffer config's field -> its stage registry
     "validity": VALIDITY,
     "filter": FILTERS,
     "normalize": NORMALIZERS,
@@ -61,7 +61,7 @@ def check_stage_names(cfg: BufferConfig) -> None:
     for what, table in STAGE_TABLES.items():
         name = getattr(cfg, what)
         if name not in table:
-            raise KeyError(unknown_name(f"buffer {what}", name, table))
+            raise table.unknown(name)
 
 
 @dataclass

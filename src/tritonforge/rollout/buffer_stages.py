@@ -32,6 +32,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tritonforge.config.registry import Registry
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Status, Trajectory
 
@@ -57,19 +58,15 @@ NormFn = Callable[[list[list[float]], float], list[list[float]]]
 PadFn = Callable[[list[Trajectory], int], list[Trajectory]]
 StatsFn = Callable[[list[Trajectory], "BufferConfig"], dict[str, float]]
 
-VALIDITY: dict[str, ValidityFn] = {}
-FILTERS: dict[str, FilterFn] = {}
-NORMALIZERS: dict[str, NormFn] = {}
-PADDERS: dict[str, PadFn] = {}
-STATS: dict[str, StatsFn] = {}
+VALIDITY: Registry[ValidityFn] = Registry("buffer validity stage")
+FILTERS: Registry[FilterFn] = Registry("buffer filter stage")
+NORMALIZERS: Registry[NormFn] = Registry("buffer normalize stage")
+PADDERS: Registry[PadFn] = Registry("buffer padding stage")
+STATS: Registry[StatsFn] = Registry("buffer stats stage")
 
 
-def _register(table: dict[str, Any], name: str) -> Callable[[Any], Any]:
-    def deco(fn: Any) -> Any:
-        table[name] = fn
-        return fn
-
-    return deco
+def _register(table: Registry[Any], name: str) -> Callable[[Any], Any]:
+    return table.register(name)
 
 
 def _mean(xs: Sequence[float]) -> float:

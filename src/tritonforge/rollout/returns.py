@@ -17,20 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tritonforge.config.agent import ReturnsConfig
+from tritonforge.config.registry import Registry
 from tritonforge.types import Trajectory
 
 __all__ = ["RETURNS", "ReturnsConfig", "apply_returns", "compute_returns", "discounted_returns"]
 
 ReturnFn = Callable[[Sequence[float], float], list[float]]
-RETURNS: dict[str, ReturnFn] = {}
-
-
-def register(name: str) -> Callable[[ReturnFn], ReturnFn]:
-    def deco(fn: ReturnFn) -> ReturnFn:
-        RETURNS[name] = fn
-        return fn
-
-    return deco
+RETURNS: Registry[ReturnFn] = Registry("returns mode")
+register = RETURNS.register
 
 
 @register("discounted")
@@ -71,9 +65,7 @@ def compute_returns(
     name, g = (cfg, 0.4) if isinstance(cfg, str) else (cfg.type, cfg.gamma)
     if gamma is not None:
         g = gamma
-    if name not in RETURNS:
-        raise KeyError(f"unknown returns mode {name!r}; known: {sorted(RETURNS)}")
-    return RETURNS[name](list(rewards), g)
+    return RETURNS.lookup(name)(list(rewards), g)
 
 
 def apply_returns(traj: Trajectory, cfg: ReturnsConfig | str | None = None) -> Trajectory:

@@ -1,8 +1,9 @@
 """Building the rollout pieces from config and collecting groups: shared by rollout and train.
 
-Covers: `load_problems`, `build_eval_backend`, `build_agent` and `collect` (n samples per problem
+Covers: `build_eval_backend`, `build_agent` and `collect` (n samples per problem
 through the agent, into the buffer, with a progress bar and regeneration of dropped groups up to
-the buffer's cap). Does not cover: the agent loop (agent.py) or training.
+the buffer's cap). Does not cover: the agent loop (agent.py), which problems (plan.problems) or
+training.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tritonforge.config.rollout import EvalBackendConfig, ProblemsConfig
+from tritonforge.config.rollout import EvalBackendConfig
 from tritonforge.evaluation.api import EvalBackend
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.agent import Agent, AgentConfig
@@ -23,14 +24,6 @@ from tritonforge.rollout.tasks import TaskConfig, build_task
 from tritonforge.types import Problem
 
 log = get_logger(__name__)
-
-
-def load_problems(cfg: ProblemsConfig) -> list[Problem]:
-    """Problems of the configured suite after filters (arith: generated sanity problems);
-    a `plan.PlanError` says which name or filter matched nothing (see plan.problems)."""
-    from tritonforge.plan.problems import resolve_problems
-
-    return resolve_problems(cfg)
 
 
 def build_eval_backend(cfg: EvalBackendConfig) -> EvalBackend:

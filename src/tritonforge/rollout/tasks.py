@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from tritonforge.config.eval import EvalSettings
+from tritonforge.config.registry import Registry
 from tritonforge.config.task import FeedbackConfig, PromptConfig, TaskConfig
 from tritonforge.evaluation.api import EvalBackend
 from tritonforge.evaluation.judge.rewards import compute_reward
@@ -184,12 +185,15 @@ class ArithTask:
 
 
 TaskFactory = Callable[[TaskConfig, "EvalBackend | None", "EvalSettings | None"], Task]
-TASKS: dict[str, TaskFactory] = {
-    "kernel": lambda cfg, backend, settings: KernelTask(
-        backend, cfg.prompt, cfg.feedback, settings, cfg.allow_code_in_think
-    ),
-    "arith": lambda cfg, backend, settings: ArithTask(),
-}
+TASKS: Registry[TaskFactory] = Registry(
+    "task",
+    {
+        "kernel": lambda cfg, backend, settings: KernelTask(
+            backend, cfg.prompt, cfg.feedback, settings, cfg.allow_code_in_think
+        ),
+        "arith": lambda cfg, backend, settings: ArithTask(),
+    },
+)
 
 
 def build_task(
@@ -197,8 +201,6 @@ def build_task(
     backend: EvalBackend | None = None,
     settings: EvalSettings | None = None,
 ) -> Task:
-    """The task named by `cfg.type` (a KeyError lists the known ones)."""
+    """The task named by `cfg.type` (an UnknownName, a KeyError, lists the known ones)."""
     cfg = cfg or TaskConfig()
-    if cfg.type not in TASKS:
-        raise KeyError(f"unknown task {cfg.type!r}; known: {sorted(TASKS)}")
-    return TASKS[cfg.type](cfg, backend, settings)
+    return TASKS.lookup(cfg.type)(cfg, backend, settings)

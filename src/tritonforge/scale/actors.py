@@ -106,23 +106,18 @@ class EvalWorker:
 def worker_engine_config(
     engine: EngineConfig, index: int, workers: int, seed_stride: int, urls: list[str] | None
 ) -> EngineConfig:
-    """Worker `index`'s engine section: seed + index * stride, and for server engines its own
-    slice of the endpoints (`urls`, else the config's), so each server gets one weight push."""
-    update: dict[str, Any] = {"seed": engine.seed + index * seed_stride}
-    if engine.type != "hf":
-        pool = list(urls) if urls else (list(engine.urls) or [engine.url])
-        if len(pool) < workers:
-            raise ValueError(
-                f"{workers} rollout workers need at least as many inference endpoints; "
-                f"got {len(pool)} ({pool})"
-            )
-        mine = pool[index::workers]
-        if len(mine) == 1 and engine.type in ("vllm", "sglang"):
-            update["url"] = mine[0]
-        else:
-            kind = engine.backend if engine.type == "balanced" else engine.type
-            update.update({"type": "balanced", "backend": kind, "urls": mine})
-    return engine.model_copy(update=update)
+    """Worker `index`'s engine section: seed + index * stride, and for an engine of servers its
+    own slice of the endpoints (`urls`, else the config's), so each server gets one weight push."""
+    mine = engine.model_copy(update={"seed": engine.seed + index * seed_stride})
+    if not engine.abilities.servers:
+        return mine
+    pool = list(urls) if urls else engine.endpoint_urls()
+    if len(pool) < workers:
+        raise ValueError(
+            f"{workers} rollout workers need at least as many inference endpoints; "
+            f"got {len(pool)} ({pool})"
+        )
+    return mine.for_endpoints(pool[index::workers])  # type: ignore[return-value]
 
 
 EngineFactory = Callable[[EngineConfig], Engine]

@@ -1,15 +1,15 @@
-"""The RL driver on Ray: the single-machine loop (training.loop.drive) over actor-backed pieces.
+"""The RL driver on Ray: the single-machine loop (jobs.loop.drive) over actor-backed pieces.
 
 Covers: `run_training_ray(cfg)`: connect to (or start) a Ray cluster, place the actors
 (scale.placement), start inference servers if configured, evaluation actors, the trainer group
-and the rollout workers, then run `training.loop.drive` with a `TrainerGroup` as the trainer and
+and the rollout workers, then run `jobs.loop.drive` with a `TrainerGroup` as the trainer and
 a `RayAgent` as the agent (same steps, schedule, buffer, measurement, checkpoints and summary as
 `run_training`), add a `scale` report (per-worker versions and episodes, evaluation requeues) to
 the summary, and shut down exactly what it started: its actors, its placement groups, and the
 Ray cluster only if it started it. `absolute_paths` resolves local relative paths before the
 config travels to actors that may run elsewhere.
 Does not cover: the actor classes (scale.actors, scale.trainer_group, scale.servers) or the loop
-logic itself (training.loop).
+logic itself (jobs.loop).
 """
 
 from __future__ import annotations
@@ -176,8 +176,8 @@ async def run_training_ray(
     A bare config is resolved into a plan first (nothing starts before it checks out).
     `engine_factory(EngineConfig) -> Engine` replaces `build_engine` in the rollout workers
     (an extension point; tests use a scripted engine). It travels to the workers by pickle."""
-    from tritonforge.training.assemble import open_run
-    from tritonforge.training.loop import drive, write_summary
+    from tritonforge.jobs.assemble import open_run
+    from tritonforge.jobs.loop import drive, write_summary
 
     if isinstance(plan, TrainRunConfig):
         plan = resolve_train(plan, ray=True)
@@ -197,7 +197,8 @@ async def run_training_ray(
         _start_workers(cfg, pl, name, st, urls, engine_factory)
         await asyncio.to_thread(group.setup)
         st.pool = pool = RolloutPool(st.workers, cfg.scale.rollout)
-        engine = (InMemoryPoolEngine if cfg.engine.type == "hf" else PoolEngine)(pool)
+        in_memory = cfg.engine.abilities.state_dict_weights
+        engine = (InMemoryPoolEngine if in_memory else PoolEngine)(pool)
         agent = RayAgent(pool, engine, await pool.params())
         run_dir, logger = open_run(plan)
         try:

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tritonforge.config.registry import Registry
 from tritonforge.logging_setup import get_logger
 
 __all__ = [
@@ -60,7 +61,7 @@ __all__ = [
 log = get_logger(__name__)
 Tensor = torch.Tensor
 PackedFn = Callable[[Tensor, Tensor, Tensor, dict[str, Any], float], Tensor]
-PACKED_ATTENTION: dict[str, PackedFn] = {}
+PACKED_ATTENTION: Registry[PackedFn] = Registry("packed attention")
 UNIFORM = ("sdpa", "sdpa_cudnn", "sdpa_flash")  # need every sequence of a row equally long
 PREFIX = "tritonforge_"
 
@@ -69,7 +70,7 @@ def register(name: str, eager: bool = False) -> Callable[[PackedFn], PackedFn]:
     """Register a packed attention; `eager`: run by `_run_eagerly` (module docstring)."""
 
     def deco(fn: PackedFn) -> PackedFn:
-        PACKED_ATTENTION[name] = _run_eagerly(fn) if eager else fn
+        PACKED_ATTENTION.register(name, _run_eagerly(fn) if eager else fn)
         return fn
 
     return deco

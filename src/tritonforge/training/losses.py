@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tritonforge.config.train import LossConfig
+from tritonforge.config.registry import Registry
+from tritonforge.config.train import LOSSES, LossConfig
 
 __all__ = [
     "AGGREGATIONS",
@@ -80,26 +81,18 @@ class LossInputs:
 
 
 LossFn = Callable[[LossInputs, LossConfig], tuple[Tensor, LossMetrics]]
-LOSSES: dict[str, LossFn] = {}
+# LOSSES (config.train, torch-free, so that LossConfig checks names without importing torch)
+# names the built-in losses lazily; each is registered here by its decorator.
 
 
 def register_loss(name: str) -> Callable[[LossFn], LossFn]:
     """Decorator adding a loss to `LOSSES` under `name` (names are unique)."""
-
-    def deco(fn: LossFn) -> LossFn:
-        if name in LOSSES:
-            raise ValueError(f"loss {name!r} is already registered")
-        LOSSES[name] = fn
-        return fn
-
-    return deco
+    return LOSSES.register(name)
 
 
 def get_loss(name: str) -> LossFn:
-    """The registered loss `name`; ValueError naming the known ones otherwise."""
-    if name not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; known: {sorted(LOSSES)}")
-    return LOSSES[name]
+    """The registered loss `name`; UnknownName (a ValueError) naming the known ones otherwise."""
+    return LOSSES.lookup(name)
 
 
 def compute_loss(inputs: LossInputs, config: LossConfig) -> tuple[Tensor, LossMetrics]:
@@ -144,12 +137,15 @@ def _agg_constant_norm(x_bt: Tensor, mask_bt: Tensor, n: Counts, constant: float
     return x_bt.sum() / (n_seq * constant)
 
 
-AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, Counts, float], Tensor]] = {
-    "token_mean": _agg_token_mean,  # sum over all tokens / tokens
-    "seq_mean_token_sum": _agg_seq_mean_token_sum,  # mean over sequences of token sums
-    "seq_mean_token_mean": _agg_seq_mean_token_mean,  # mean over sequences of token means
-    "constant_norm": _agg_constant_norm,  # Dr.GRPO: sum / (sequences * constant)
-}
+AGGREGATIONS: Registry[Callable[[Tensor, Tensor, Counts, float], Tensor]] = Registry(
+    "loss aggregation",
+    {
+        "token_mean": _agg_token_mean,  # sum over all tokens / tokens
+        "seq_mean_token_sum": _agg_seq_mean_token_sum,  # mean over sequences of token sums
+        "seq_mean_token_mean": _agg_seq_mean_token_mean,  # mean over sequences of token means
+        "constant_norm": _agg_constant_norm,  # Dr.GRPO: sum / (sequences * constant)
+    },
+)
 
 
 def aggregate(
@@ -209,11 +205,9 @@ def _kl_k3(logp_bt: Tensor, ref_bt: Tensor) -> Tensor:
     return torch.exp(d_bt) - d_bt - 1.0
 
 
-KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "k1": _kl_k1,
-    "k2": _kl_k2,
-    "k3": _kl_k3,
-}
+KL_ESTIMATORS: Registry[Callable[[Tensor, Tensor], Tensor]] = Registry(
+    "KL estimator", {"k1": _kl_k1, "k2": _kl_k2, "k3": _kl_k3}
+)
 
 
 def _tis_weight(inp: LossInputs, mask_bt: Tensor, cfg: LossConfig) -> tuple[Tensor, LossMetrics]:

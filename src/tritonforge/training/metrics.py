@@ -43,7 +43,7 @@ LINE_FIELDS: list[tuple[str, str, str]] = [
     ("tokens_per_s", "tok/s", "{:.0f}"),
     ("lr", "lr", "{:.1e}"),
     ("time_s", "time", "{:.2f}s"),
-    # where the step's wall time went (training.accounting; stages overlap in the async schedule)
+    # where the step's wall time went (jobs.accounting; stages overlap in the async schedule)
     ("wall_s", "wall", "{:.1f}s"),
     ("generate_s", "gen", "{:.1f}s"),
     ("judge_s", "judge", "{:.1f}s"),

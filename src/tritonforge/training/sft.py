@@ -1,11 +1,12 @@
-"""Supervised fine-tuning: the SFT trainer and the `tritonforge sft` run.
+"""Supervised fine-tuning: the SFT trainer.
 
 Covers: `SFTTrainer` (composition over `TrainCore`; `train_step` = token-mean negative
 log-likelihood of the assistant tokens over the global batch, micro-batched under the token
 budget, chunked log-probs; `eval_loss`; `fit` = epochs over a seeded order with a progress bar,
-metrics, checkpoints every N steps and exact resume from the data position) and `run_sft` (config
--> data -> train -> final HF model in RUN_DIR/output_dir).
-Does not cover: data loading and tokenisation (training.sft_data) or RL (training.rl).
+metrics, checkpoints every N steps and exact resume from the data position) over any examples
+with `token_ids` and `loss_mask` (`SFTExample`).
+Does not cover: data loading and tokenisation (jobs.sft_data), the `tritonforge sft` run
+(jobs.sft.run_sft: config -> data -> train -> final model) or RL (training.rl).
 
 Data order: epoch e visits the examples in `random.Random(seed + e)` order (no global RNG), and a
 checkpoint stores (epoch, offset), so a resumed run sees exactly the batches an uninterrupted one
@@ -18,41 +19,35 @@ import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from tritonforge.config import save_config
 from tritonforge.config.train import SFTRunConfig
 from tritonforge.logging_setup import get_logger
 from tritonforge.training.batching import TrainSequence, prepare_sequences, shard_by_rank
 from tritonforge.training.checkpoint import latest_checkpoint
 from tritonforge.training.core import TrainCore
-from tritonforge.training.distributed import DistContext, all_reduce_sum, init_distributed
+from tritonforge.training.distributed import DistContext, all_reduce_sum
 from tritonforge.training.metrics import MetricsLogger
-from tritonforge.training.model import load_tokenizer
-from tritonforge.training.reproducible import make_reproducible
-from tritonforge.training.sft_data import TokenizedExample, build_sft_dataset
 
-__all__ = ["SFTResult", "SFTTrainer", "run_sft"]
+__all__ = ["SFTExample", "SFTTrainer"]
 
 log = get_logger(__name__)
 
 
-@dataclass
-class SFTResult:
-    steps: int
-    final_loss: float
-    model_dir: Path | None
-    examples: int
-    dropped: dict[str, int] = field(default_factory=dict)
+class SFTExample(Protocol):
+    """One tokenised example (jobs.sft_data.TokenizedExample is one): the token ids and the
+    loss mask over them (1 on the tokens trained on)."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
 
 
-def _sequences(examples: Sequence[TokenizedExample]) -> list[TrainSequence]:
+def _sequences(examples: Sequence[SFTExample]) -> list[TrainSequence]:
     return [TrainSequence(e.token_ids, e.loss_mask, index=i) for i, e in enumerate(examples)]
 
 
@@ -76,7 +71,7 @@ class SFTTrainer:
         self.epoch = 0
         self.offset = 0
 
-    def _nll(self, examples: Sequence[TokenizedExample], train: bool) -> tuple[float, float]:
+    def _nll(self, examples: Sequence[SFTExample], train: bool) -> tuple[float, float]:
         """Summed normalised NLL over this rank's share (backward when `train`), global tokens."""
         core, dev = self.core, self.ctx.device
         seqs, _ = prepare_sequences(_sequences(examples), self.cfg.batch)
@@ -92,12 +87,12 @@ class SFTTrainer:
             total += loss.detach().double()
         return float(all_reduce_sum(total, self.ctx)), n_tok
 
-    def train_step(self, examples: Sequence[TokenizedExample]) -> dict[str, float]:
+    def train_step(self, examples: Sequence[SFTExample]) -> dict[str, float]:
         """One optimizer step on a global batch (the same list on every rank)."""
         with self.core.gc.step():  # no garbage collection inside the step (gc_control.py)
             return self._train_step(examples)
 
-    def _train_step(self, examples: Sequence[TokenizedExample]) -> dict[str, float]:
+    def _train_step(self, examples: Sequence[SFTExample]) -> dict[str, float]:
         t0 = time.perf_counter()
         loss, n_tok = self._nll(examples, train=True)
         gnorm, lr = self.core.optimizer_step()
@@ -113,7 +108,7 @@ class SFTTrainer:
         }
 
     @torch.no_grad()
-    def eval_loss(self, examples: Sequence[TokenizedExample]) -> float:
+    def eval_loss(self, examples: Sequence[SFTExample]) -> float:
         """Token-mean NLL of the assistant tokens of `examples` (no update)."""
         was = self.core.policy.training
         self.core.policy.eval()
@@ -136,7 +131,7 @@ class SFTTrainer:
 
     def fit(
         self,
-        examples: Sequence[TokenizedExample],
+        examples: Sequence[SFTExample],
         logger: MetricsLogger | None = None,
         max_steps: int | None = None,
     ) -> float:
@@ -186,32 +181,3 @@ class SFTTrainer:
         self.epoch = int(state["extra"]["epoch"])
         self.offset = int(state["extra"]["offset"])
         return True
-
-
-def run_sft(cfg: SFTRunConfig, model: nn.Module | None = None, tokenizer: Any = None) -> SFTResult:
-    """The whole SFT run of `tritonforge sft`: data, train (resuming if asked), final model."""
-    if cfg.deterministic or cfg.threads is not None:
-        make_reproducible(cfg.sft.seed, cfg.threads, cfg.deterministic)
-    ctx = init_distributed(cfg.dist)
-    run_dir = Path(cfg.run_dir)
-    if ctx.is_main:
-        save_config(cfg, run_dir / "config.json")
-    tokenizer = tokenizer or load_tokenizer(cfg.model)
-    data = build_sft_dataset(cfg.sft.data, tokenizer)
-    trainer = SFTTrainer(cfg, model=model, tokenizer=tokenizer, ctx=ctx)
-    if cfg.checkpoint.resume and trainer.resume():
-        log.info("resumed", extra={"fields": {"step": trainer.step, "epoch": trainer.epoch}})
-    logger = MetricsLogger(run_dir, cfg.logging, ctx.is_main, cfg.model_dump(mode="json"))
-    try:
-        loss = trainer.fit(data.examples, logger)
-    finally:
-        logger.close()
-    every = cfg.checkpoint.every_steps
-    if cfg.checkpoint.save_final and trainer.step > 0 and not (every and trainer.step % every == 0):
-        trainer.save_checkpoint()
-    out = Path(cfg.output_dir)
-    model_dir = trainer.core.export(out if out.is_absolute() else run_dir / out)
-    log.info(
-        "sft done", extra={"fields": {"steps": trainer.step, "loss": loss, "model": str(model_dir)}}
-    )
-    return SFTResult(trainer.step, loss, model_dir, len(data), dict(data.dropped))

@@ -3,7 +3,7 @@
 Covers: reading every `<category>/manifest.toml` beside this module, validating it, and building
 `Problem` records at the `cpu` or `gpu` size preset (`load_builtin`); registers itself as the
 suite "builtin". Does not cover: running or judging problems (see evaluation), KernelBench loaders,
-scaling to arbitrary budgets (see problems.sizing).
+scaling to arbitrary budgets (see problems.scaling).
 
 Manifest format (one `[[problem]]` table per problem):
 

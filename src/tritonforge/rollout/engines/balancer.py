@@ -15,9 +15,10 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from tritonforge.config.engine import BalancedEngineConfig
 from tritonforge.logging_setup import get_logger
 from tritonforge.retry import LeastOutstanding
-from tritonforge.rollout.engines.base import Engine, EngineConfig, SamplingParams, failed
+from tritonforge.rollout.engines.base import Engine, SamplingParams, build_engine, failed
 from tritonforge.types import Generation, GenStatus
 
 log = get_logger(__name__)
@@ -52,14 +53,11 @@ class BalancedEngine:
         self._balance: LeastOutstanding[_Slot] = LeastOutstanding()
 
     @classmethod
-    def from_config(cls, config: EngineConfig) -> BalancedEngine:
+    def from_config(cls, config: BalancedEngineConfig) -> BalancedEngine:
+        """One engine of kind `config.backend` per URL (config.endpoint), balanced."""
         if not config.urls:
             raise ValueError("balanced engine needs `urls`")
-        if config.backend == "vllm":
-            from tritonforge.rollout.engines.vllm import VLLMEngine as Backend
-        else:
-            from tritonforge.rollout.engines.sglang import SGLangEngine as Backend  # type: ignore[assignment]
-        engines: list[Engine] = [Backend.from_config(config, url=u) for u in config.urls]
+        engines = [build_engine(config.endpoint(u)) for u in config.urls]  # type: ignore[arg-type]
         return cls(engines, names=list(config.urls), health_recheck_s=config.health_recheck_s)
 
     @property

@@ -1,9 +1,10 @@
 """The inference-engine interface: sampling parameters, the `Engine` protocol, config and registry.
 
 Covers: `SamplingParams`, the async `Engine` protocol every backend implements (token ids in,
-token ids + per-token logprobs + finish reason out, weight updates, health), `EngineConfig` (from config.engine)
-(one TOML section, `type = "hf" | "vllm" | "sglang" | "balanced"`), the `ENGINES` registry and
-`build_engine`, and the helpers that map a backend's finish reason to a `GenStatus`.
+token ids + per-token logprobs + finish reason out, weight updates, health), `EngineConfig` and
+the `ENGINES` registry (config.engine: one config class per engine, selected by `type`, naming
+its engine class), `build_engine`, and the helpers that map a backend's finish reason to a
+`GenStatus`.
 Does not cover: any backend (see hf.py, vllm.py, sglang.py, balancer.py) and imports no torch.
 
 Logprob contract (all engines): `Generation.logprobs[i]` is the log-probability of
@@ -14,11 +15,10 @@ is not folded in. A failed call is a `Generation` with a failure status and no t
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from tritonforge.config.engine import EngineConfig, SamplingParams
+from tritonforge.config.engine import ENGINES, EngineConfig, SamplingParams
+from tritonforge.config.registry import resolve_ref
 from tritonforge.types import Generation, GenStatus
 
 __all__ = [
@@ -60,29 +60,10 @@ class Engine(Protocol):
         ...
 
 
-# Registry: engine type -> "module:factory"; factories take an EngineConfig and return an Engine.
-# Lazy so that HTTP clients never import torch.
-ENGINES: dict[str, str] = {
-    "hf": "tritonforge.rollout.engines.hf:HFEngine.from_config",
-    "vllm": "tritonforge.rollout.engines.vllm:VLLMEngine.from_config",
-    "sglang": "tritonforge.rollout.engines.sglang:SGLangEngine.from_config",
-    "balanced": "tritonforge.rollout.engines.balancer:BalancedEngine.from_config",
-}
-
-
-def _resolve(target: str) -> Callable[[EngineConfig], Engine]:
-    module_name, _, attr_path = target.partition(":")
-    obj: object = importlib.import_module(module_name)
-    for part in attr_path.split("."):
-        obj = getattr(obj, part)
-    return obj  # type: ignore[return-value]
-
-
 def build_engine(config: EngineConfig) -> Engine:
-    """Construct the engine named by `config.type` (see ENGINES)."""
-    if config.type not in ENGINES:
-        raise ValueError(f"unknown engine type {config.type!r}; known: {sorted(ENGINES)}")
-    return _resolve(ENGINES[config.type])(config)
+    """Construct the engine `config` is for: its class's `implementation`, from the config.
+    The engine's module is imported here (an HTTP client's never imports torch)."""
+    return resolve_ref(type(config).implementation).from_config(config)
 
 
 _FINISH_STATUS = {

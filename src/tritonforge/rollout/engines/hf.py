@@ -8,7 +8,7 @@ free; concurrent `generate` calls with equal sampling params are gathered into o
 `max_batch_size` rows, after `batch_wait_s`). `pause_mode` "wait" applies a weight update
 between batches; "keep" between decode steps, so an update waits for one step, not for a batch
 (the batch goes on under the new weights with its KV cache). `device_hold` (a context manager
-factory, e.g. training.device_share.DeviceShare.hold) is held around each decode step and each
+factory, e.g. jobs.device_share.DeviceShare.hold) is held around each decode step and each
 weight copy: the device's timing gate keeps them out while a candidate is timed.
 Does not cover: tokenization (token ids only), beam search, repetition penalties, multi-device.
 
@@ -33,9 +33,10 @@ from typing import Any
 
 import torch
 
+from tritonforge.config.engine import HFEngineConfig
 from tritonforge.logging_setup import get_logger
 from tritonforge.model_cast import cast_model
-from tritonforge.rollout.engines.base import EngineConfig, SamplingParams, failed
+from tritonforge.rollout.engines.base import SamplingParams, failed
 from tritonforge.types import Generation, GenStatus
 
 log = get_logger(__name__)
@@ -153,7 +154,7 @@ class HFEngine:
         return cls(cast_model(model, _DTYPES[dtype], device), **kw)
 
     @classmethod
-    def from_config(cls, config: EngineConfig) -> HFEngine:
+    def from_config(cls, config: HFEngineConfig) -> HFEngine:
         from tritonforge.rollout.tiny_model import DEFAULT_TINY_MODEL_DIR, ensure_tiny_model
 
         path = Path(config.model_path)

@@ -28,12 +28,9 @@ from typing import Any
 
 import httpx
 
+from tritonforge.config.engine import SGLangEngineConfig
 from tritonforge.logging_setup import get_logger
-from tritonforge.rollout.engines.base import (
-    EngineConfig,
-    SamplingParams,
-    failed,
-)
+from tritonforge.rollout.engines.base import SamplingParams, failed
 from tritonforge.rollout.engines.http import (
     EndpointClient,
     RetryPolicy,
@@ -87,9 +84,9 @@ class SGLangEngine:
         self._seed_rejected = False  # the server answered that it has no `sampling_seed`
 
     @classmethod
-    def from_config(cls, config: EngineConfig, url: str | None = None) -> SGLangEngine:
+    def from_config(cls, config: SGLangEngineConfig) -> SGLangEngine:
         return cls(
-            url or config.url,
+            config.url,
             request_timeout_s=config.request_timeout_s,
             connect_timeout_s=config.connect_timeout_s,
             policy=RetryPolicy(config.max_attempts, config.retry_budget_s, config.backoff_s),

@@ -26,11 +26,9 @@ from typing import Any
 
 import httpx
 
+from tritonforge.config.engine import VLLMEngineConfig
 from tritonforge.logging_setup import get_logger
-from tritonforge.rollout.engines.base import (
-    EngineConfig,
-    SamplingParams,
-)
+from tritonforge.rollout.engines.base import SamplingParams
 from tritonforge.rollout.engines.http import (
     EndpointClient,
     RetryPolicy,
@@ -93,9 +91,9 @@ class VLLMEngine:
         self._version = 0
 
     @classmethod
-    def from_config(cls, config: EngineConfig, url: str | None = None) -> VLLMEngine:
+    def from_config(cls, config: VLLMEngineConfig) -> VLLMEngine:
         return cls(
-            url or config.url,
+            config.url,
             served_model_name=config.served_model_name,
             request_timeout_s=config.request_timeout_s,
             connect_timeout_s=config.connect_timeout_s,

@@ -39,9 +39,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from tritonforge.config.run import TrainRunConfig
-from tritonforge.training.device_monitor import DeviceMonitor, open_monitor
-from tritonforge.training.device_share import DeviceShare, share_for
-from tritonforge.training.pieces import StateDictEngine
+from tritonforge.jobs.device_monitor import DeviceMonitor, open_monitor
+from tritonforge.jobs.device_share import DeviceShare, share_for
+from tritonforge.jobs.pieces import StateDictEngine
 from tritonforge.types import Verdict
 
 __all__ = [

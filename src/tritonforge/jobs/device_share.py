@@ -68,17 +68,14 @@ def _index(device: str) -> int:
 
 def share_for(cfg: TrainRunConfig, trainer_device: str) -> DeviceShare:
     """The share of a run: the gate of the judge's GPU when the judge runs in this process and
-    the engine (hf) or the trainer (`trainer_device`) use that GPU; else a no-op share."""
+    an in-process engine (its `devices()`) or the trainer (`trainer_device`) use that GPU; else
+    a no-op share."""
     settings = cfg.eval.settings
-    if settings.device == "cpu" or not (
-        trainer_device.startswith("cuda") or cfg.engine.device.startswith("cuda")
-    ):
+    users = [trainer_device, *cfg.engine.devices()]
+    same = any(d.startswith("cuda") and _index(d) == settings.device_index for d in users)
+    if settings.device == "cpu" or not same:
         return DeviceShare(None)
     judged = f"cuda:{settings.device_index}"
-    users = [trainer_device] + ([cfg.engine.device] if cfg.engine.type == "hf" else [])
-    same = any(d.startswith("cuda") and _index(d) == settings.device_index for d in users)
-    if not same:
-        return DeviceShare(None)
     if cfg.eval.type != "local":
         log.warning(
             "the judge runs in another process (eval.type=%s): timings on %s are not kept "

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tritonforge.training.episodes import EPISODE_KEYS
+from tritonforge.jobs.episodes import EPISODE_KEYS
 
 _SPLIT = ("wall_s", "generate_s", "judge_s", "judge_queue_s", "judge_correctness_s",
           "judge_timing_s", "judge_unsplit_s", "train_s", "sync_s", "idle_s")  # fmt: skip
@@ -134,7 +134,7 @@ def before_after(summary: dict[str, Any]) -> str:
 
 
 def accounting_table(summary: dict[str, Any]) -> str:
-    """The run's split of step time (training.accounting.aggregate) and GPU busy fraction."""
+    """The run's split of step time (jobs.accounting.aggregate) and GPU busy fraction."""
     acc = summary.get("accounting") or {}
     if not acc.get("steps_counted"):
         return "<p>No accounting in this run.</p>"

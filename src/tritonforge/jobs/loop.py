@@ -7,11 +7,11 @@ batch starts before the trainer is within `max_staleness` versions of it), weigh
 every update (in memory for the in-process engine: a tensor copy on its device; versioned HF
 dirs otherwise), before/after measurement on fixed problems with the same sampling seed,
 per-step rollouts saved, checkpoints with the driver's own state (step, RNG), each step's split
-of wall time (training.accounting) in its metrics row, and the run summary. `run_training` takes
+of wall time (jobs.accounting) in its metrics row, and the run summary. `run_training` takes
 a checked `plan.TrainPlan` (a bare config is resolved first, so nothing loads before every name,
 path and problem is known good), builds the pieces (`build_pieces`), then `drive` runs the job;
 the Ray driver (tritonforge.scale.driver) calls `drive` with actor-backed pieces. The pieces are
-typed by training.pieces' Protocols.
+typed by jobs.pieces' Protocols.
 Does not cover: the pieces themselves (agent, buffer, trainer) or the HTML report.
 """
 
@@ -26,15 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from tritonforge.config.run import TrainRunConfig
+from tritonforge.jobs.accounting import LoopAccounting, aggregate
+from tritonforge.jobs.assemble import build_pieces
+from tritonforge.jobs.episodes import episode_stats, speedup_geomean
+from tritonforge.jobs.pieces import EpisodeRunner, MetricsSink, PolicyTrainer, StateDictEngine
 from tritonforge.logging_setup import get_logger
 from tritonforge.plan.runs import TrainPlan, resolve_train
 from tritonforge.rollout.buffer import RolloutBuffer, save_groups
 from tritonforge.rollout.engines.base import Engine
 from tritonforge.rollout.runner import collect
-from tritonforge.training.accounting import LoopAccounting, aggregate
-from tritonforge.training.assemble import build_pieces
-from tritonforge.training.episodes import episode_stats, speedup_geomean
-from tritonforge.training.pieces import EpisodeRunner, MetricsSink, PolicyTrainer, StateDictEngine
 from tritonforge.types import Group, Problem
 
 log = get_logger("tritonforge.train")
@@ -50,7 +50,7 @@ async def measure(
     extra: dict[str, list[Problem]] | None = None,
 ) -> dict[str, Any]:
     """Play `samples` episodes per problem with a fixed seed; per-problem and overall stats
-    (training.episodes), and the same for each named `extra` set under "sets". Every set is
+    (jobs.episodes), and the same for each named `extra` set under "sets". Every set is
     played in one batch, so a set's episodes get the same seeds whenever it is measured."""
     saved = agent.params
     update: dict[str, Any] = {"seed": seed}

@@ -3,14 +3,17 @@
 Covers: `MUTATIONS` (a registry of small source-to-source breakages of a Triton solution: an
 off-by-one mask, a floor-divided grid that drops the tail, a wrong operation, a missing store, a
 syntax error, a block size that is not a power of two, another problem's kernel, a launch of
-another problem's kernel name, a program cut off), `mutate` (the broken programs of one solution, in the configured order), `judge_all` (every
-broken program judged by `evaluation.Evaluator` on the CPU, verdicts cached on disk in a JSONL
-file keyed by problem, source and settings) and `repair_chats` (per problem the first
-`per_problem` programs that the evaluator did not accept, each as the chat
-[prompt, broken program, the evaluator's feedback, the correct solution], trained on the last
-answer only).
-Does not cover: tokenisation (training.sft_data) or the feedback text (rollout.feedback: the same
-function writes the feedback of RL turns, so SFT and RL turns look alike).
+another problem's kernel name, a program cut off), `mutate` (the broken programs of one
+solution, in the configured order), `judge_all` (every broken program judged by an evaluation
+backend the caller opens, e.g. an in-process evaluator on the CPU, only for what is not cached;
+verdicts cached on disk in a JSONL file keyed by problem, source and settings) and
+`repair_attempts` (per problem the first `per_problem` programs the judge did not accept, with
+their verdicts).
+Does not cover: which evaluator judges (the caller's `open_backend`; jobs.sft_data.local_judge),
+the chats and their tokenisation (jobs.sft_data.repair_chats: [prompt, broken program, the
+judge's feedback, the correct solution], trained on the last answer only) or the feedback text
+(rollout.feedback: the same function writes the feedback of RL turns, so SFT and RL turns look
+alike).
 
 Determinism: mutations are pure text edits; the evaluator draws its inputs from the fixed
 `repair.eval.secret_seed`, so the same code gives the same verdicts (and the cache only saves time).
@@ -18,22 +21,29 @@ Determinism: mutations are pure text edits; the evaluator draws its inputs from 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from tqdm import tqdm
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.config.train import SFTDataConfig
+from tritonforge.config.registry import Registry
+from tritonforge.config.train import RepairDataConfig
+from tritonforge.evaluation.api import EvalBackend
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Status, Verdict
 
-__all__ = ["MUTATIONS", "Broken", "judge_all", "mutate", "repair_chats"]
+__all__ = ["MUTATIONS", "Broken", "OpenBackend", "judge_all", "mutate", "repair_attempts"]
+
+OpenBackend = Callable[[], EvalBackend]  # opens a backend; the caller of it closes it (aclose)
+T = TypeVar("T")
 
 log = get_logger(__name__)
 
@@ -52,15 +62,8 @@ class Broken:
 # A mutation maps (solution source, other solutions of the set) to a broken source, or None
 # when it does not apply to this solution.
 Mutation = Callable[[str, Sequence[str]], str | None]
-MUTATIONS: dict[str, Mutation] = {}
-
-
-def _register(name: str) -> Callable[[Mutation], Mutation]:
-    def deco(fn: Mutation) -> Mutation:
-        MUTATIONS[name] = fn
-        return fn
-
-    return deco
+MUTATIONS: Registry[Mutation] = Registry("mutation")
+_register = MUTATIONS.register
 
 
 def _sub_once(pattern: str, repl: str, src: str) -> str | None:
@@ -154,9 +157,8 @@ def mutate(
     """Broken programs of every pair (only pairs whose id or name is in `problems`, if given),
     mutations in `names` order; a mutation that does not apply, or repeats an earlier program
     of the same problem, is skipped. `other_kernel` looks at the following pairs cyclically."""
-    unknown = [n for n in names if n not in MUTATIONS]
-    if unknown:
-        raise KeyError(f"unknown mutations {unknown}; known: {sorted(MUTATIONS)}")
+    for name in names:
+        MUTATIONS.lookup(name)  # UnknownName (a KeyError) with a "did you mean"
     out: list[Broken] = []
     for i, (problem, solution) in enumerate(pairs):
         if problems and problem.id not in problems and problem.name not in problems:
@@ -192,21 +194,20 @@ def _load_cache(path: Path | None) -> dict[str, Verdict]:
 
 
 def judge_all(
-    broken: Sequence[Broken], settings: EvalSettings, cache_dir: str | None, workers: int = 2
+    broken: Sequence[Broken],
+    settings: EvalSettings,
+    cache_dir: str | None,
+    open_backend: OpenBackend,
 ) -> list[Broken]:
-    """`broken` with verdicts: from the cache when present, else judged by a fresh Evaluator
-    (`workers` at a time, progress bar) and appended to the cache."""
-    from tritonforge.evaluation.judge.evaluator import Evaluator
-
+    """`broken` with verdicts: from the cache when present, else judged by the backend that
+    `open_backend` opens (only when something is not cached; closed after) and appended to
+    the cache."""
     path = Path(cache_dir) / "repair_verdicts.jsonl" if cache_dir else None
     cache = _load_cache(path)
     keys = [_key(b, settings) for b in broken]
     todo = sorted({k: b for k, b in zip(keys, broken) if k not in cache}.items())
     if todo:
-        with Evaluator(settings) as ev, ThreadPoolExecutor(workers) as pool:
-            jobs = [pool.submit(ev.evaluate, b.problem, b.code, settings) for _, b in todo]
-            bar = tqdm(jobs, desc="judging repair attempts", unit="program", leave=False)
-            new = {k: f.result() for (k, _), f in zip(todo, bar)}
+        new = _in_own_loop(_judge(open_backend, todo, settings))
         cache.update(new)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -218,22 +219,50 @@ def judge_all(
     ]
 
 
-def repair_chats(pairs: Sequence[tuple[Problem, str]], cfg: SFTDataConfig) -> list:
-    """Repair-episode chats for `pairs` (see the module docstring); logs the verdict counts."""
-    from tritonforge.training.sft_data import pair_to_chat
+async def _judge(
+    open_backend: OpenBackend, todo: list[tuple[str, Broken]], settings: EvalSettings
+) -> dict[str, Verdict]:
+    backend = open_backend()
+    bar = tqdm(total=len(todo), desc="judging repair attempts", unit="program", leave=False)
 
-    rc = cfg.repair
-    judged = judge_all(mutate(pairs, rc.mutations, rc.problems), rc.eval, rc.cache_dir, rc.workers)
+    async def one(b: Broken) -> Verdict:
+        verdict = await backend.evaluate(b.problem, b.code, settings)
+        bar.update(1)
+        return verdict
+
+    try:
+        verdicts = await asyncio.gather(*(one(b) for _, b in todo))
+    finally:
+        bar.close()
+        await backend.aclose()
+    return {k: v for (k, _), v in zip(todo, verdicts)}
+
+
+def _in_own_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` on a fresh event loop in a helper thread: callers may be inside one already
+    (the RL job builds its step-guard anchors, SFT data, in its event loop)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def repair_attempts(
+    pairs: Sequence[tuple[Problem, str]], rc: RepairDataConfig, open_backend: OpenBackend
+) -> list[Broken]:
+    """Per problem the first `rc.per_problem` mutated programs the judge did not accept, with
+    their verdicts (see the module docstring); logs the verdict counts."""
+    judged = judge_all(
+        mutate(pairs, rc.mutations, rc.problems), rc.eval, rc.cache_dir, open_backend
+    )
     kept: dict[str, int] = {}
-    chats = []
+    out = []
     for b in judged:
         assert b.verdict is not None
         if b.verdict.status is Status.CORRECT or kept.get(b.problem.id, 0) >= rc.per_problem:
             continue
         kept[b.problem.id] = kept.get(b.problem.id, 0) + 1
-        chats.append(pair_to_chat(b.problem, b.solution, cfg, attempts=[(b.code, b.verdict)]))
+        out.append(b)
     statuses: dict[str, int] = {}
     for b in judged:
         statuses[b.verdict.status.value] = statuses.get(b.verdict.status.value, 0) + 1
-    log.info("repair episodes", extra={"fields": {"episodes": len(chats), **statuses}})
-    return chats
+    log.info("repair episodes", extra={"fields": {"episodes": len(out), **statuses}})
+    return out

@@ -1,8 +1,9 @@
 """Policies a run can make without network: the tiny model, its SFT, a Qwen3-0.6B-shaped model.
 
-Covers: `OFFLINE_MODELS` (name -> builder: the names `offline_fallback` and the loop benchmark
-take), `offline_model_dir(name)` (the model folder, under runs/offline-models/),
-and `ensure_offline_model(name)` (built once; later calls reuse the folder).
+Covers: the builder of each name of plan.offline.OFFLINE_MODELS (the names `offline_fallback`
+and the loop benchmark take; registered here, the names and folders live in plan.offline so a
+plan knows them without importing this) and `ensure_offline_model(name)` (built once in
+`offline_model_dir(name)`, under runs/offline-models/; later calls reuse the folder).
 - `tiny`: `make-tiny-model`'s model (random weights, the tiny byte-level BPE tokenizer).
 - `tiny-sft`: the tiny model after the demo's SFT (config.demo.default_sft: the six elementwise
   built-in solutions, their `variants` sft spellings, judged repair episodes), trained on the
@@ -18,10 +19,10 @@ Does not cover: when a fallback applies (plan.runs.resolve_policy_fallback), rea
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from tritonforge.logging_setup import get_logger
+from tritonforge.plan.offline import OFFLINE_MODELS, OFFLINE_ROOT, offline_model_dir
 from tritonforge.rollout.tiny_model import is_tiny_model_dir
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
 
 log = get_logger(__name__)
 
-OFFLINE_ROOT = Path("runs/offline-models")
 # Qwen/Qwen3-0.6B's config.json, the shape only (no weights are downloaded)
 QWEN3_06B_SHAPE = dict(
     vocab_size=151936, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
@@ -43,23 +43,20 @@ QWEN3_06B_SHAPE = dict(
 )  # fmt: skip
 
 
-def offline_model_dir(name: str, root: Path = OFFLINE_ROOT) -> Path:
-    """The folder of offline model `name` (tiny-sft: the SFT run's final model)."""
-    return root / "tiny-sft" / "final" if name == "tiny-sft" else root / name
-
-
+@OFFLINE_MODELS.register("tiny")
 def _build_tiny(root: Path) -> Path:
     from tritonforge.rollout.tiny_model import make_tiny_model
 
     return make_tiny_model(offline_model_dir("tiny", root))
 
 
+@OFFLINE_MODELS.register("tiny-sft")
 def _build_tiny_sft(root: Path) -> Path:
     """The demo's SFT of the tiny model; torch's deterministic setting is restored after it."""
     import torch
 
     from tritonforge.config.demo import default_sft
-    from tritonforge.training.sft import run_sft
+    from tritonforge.jobs.sft import run_sft
 
     tiny = ensure_offline_model("tiny", root)
     cfg = default_sft()
@@ -76,6 +73,7 @@ def _build_tiny_sft(root: Path) -> Path:
     return Path(result.model_dir)
 
 
+@OFFLINE_MODELS.register("qwen3-0.6b-shape")
 def _build_qwen3_shape(root: Path) -> Path:
     """Random weights of QWEN3_06B_SHAPE in bf16 (made on a GPU where there is one: seconds)."""
     import torch
@@ -104,19 +102,11 @@ def _build_qwen3_shape(root: Path) -> Path:
     return out
 
 
-OFFLINE_MODELS: dict[str, Callable[[Path], Path]] = {
-    "tiny": _build_tiny,
-    "tiny-sft": _build_tiny_sft,
-    "qwen3-0.6b-shape": _build_qwen3_shape,
-}
-
-
 def ensure_offline_model(name: str, root: Path = OFFLINE_ROOT) -> Path:
     """The folder of offline model `name`, built there first when it is not complete."""
-    if name not in OFFLINE_MODELS:
-        raise KeyError(f"unknown offline model {name!r}; known: {sorted(OFFLINE_MODELS)}")
+    build = OFFLINE_MODELS.lookup(name)
     path = offline_model_dir(name, root)
     if not is_tiny_model_dir(path):  # (any complete model folder)
         log.info("building offline model %s in %s", name, path)
-        OFFLINE_MODELS[name](root)
+        build(root)
     return path

@@ -5,7 +5,7 @@ first where used; the tokenizer, the engine and the judge with their calls recor
 accounting's timeline, the trainer with its anchors, the engine holding the judge's device gate
 while it decodes, the agent), `Pieces` (what it built, closed together), `open_run` (RUN_DIR,
 its saved config and the metrics logger) and `anchor_sequences`.
-Does not cover: running the job (training.loop.drive) or the Ray pieces (scale.driver).
+Does not cover: running the job (jobs.loop.drive) or the Ray pieces (scale.driver).
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from tritonforge.config import save_config
-from tritonforge.logging_setup import get_logger
-from tritonforge.plan.runs import TrainPlan
-from tritonforge.rollout.engines.base import build_engine
-from tritonforge.rollout.runner import build_agent, build_eval_backend
-from tritonforge.training.accounting import (
+from tritonforge.jobs.accounting import (
     LoopAccounting,
     TimedBackend,
     Timeline,
     open_accounting,
     timed_engine,
 )
-from tritonforge.training.pieces import EpisodeRunner, MetricsSink
+from tritonforge.jobs.pieces import EpisodeRunner, MetricsSink
+from tritonforge.logging_setup import get_logger
+from tritonforge.plan.runs import TrainPlan
+from tritonforge.rollout.engines.base import build_engine
+from tritonforge.rollout.runner import build_agent, build_eval_backend
 
 log = get_logger("tritonforge.train")
 
@@ -86,8 +86,8 @@ async def build_pieces(plan: TrainPlan) -> Pieces:
 
 def anchor_sequences(data: Any, tokenizer: Any) -> list[Any]:
     """The step guard's anchors: the SFT data of `data` (an SFTDataConfig) as TrainSequences."""
+    from tritonforge.jobs.sft_data import build_sft_dataset
     from tritonforge.training.batching import TrainSequence
-    from tritonforge.training.sft_data import build_sft_dataset
 
     examples = build_sft_dataset(data, tokenizer).examples
     return [TrainSequence(e.token_ids, e.loss_mask, index=i) for i, e in enumerate(examples)]
@@ -97,7 +97,7 @@ def _build_models(plan: TrainPlan) -> None:
     """The offline model the plan falls back to and the tiny model where the plan uses them,
     when they are not built yet."""
     if plan.offline_model is not None:
-        from tritonforge.training.offline_models import ensure_offline_model
+        from tritonforge.jobs.offline_models import ensure_offline_model
 
         log.warning("policy: %s", plan.fallback_note)
         ensure_offline_model(plan.offline_model)

@@ -8,9 +8,10 @@ rollout.prompts.build_messages, the answer as a fenced python block with an opti
 short think block, optional earlier attempts answered by rollout.feedback.build_feedback: a
 repair episode, trained on its last answer only); `tokenize_chat` (the token stream a rollout
 would produce, with the loss mask exactly on the trained assistant tokens); length filter and
-dedup (`build_sft_dataset`). Repair episodes built from judged mutations come from
-training.repair_data when `repair.mutations` is set.
-Does not cover: the training loop (training.sft) or judging (training.repair_data, evaluation).
+dedup (`build_sft_dataset`); repair episodes (`repair_chats`, when `repair.mutations` is set:
+the attempts jobs.repair_data keeps, judged by an in-process evaluator, `local_judge`, as chats).
+Does not cover: the trainer (training.sft), mutations and their judging (jobs.repair_data),
+or how a candidate is judged (evaluation).
 
 Token stream, as in a multi-turn rollout (token in, token out): the prompt is
 `render(messages[:first assistant], add_generation_prompt=True)`; each assistant answer is
@@ -32,8 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonforge.config.rollout import ProblemsConfig
+from tritonforge.config.eval import EvalSettings
+from tritonforge.config.rollout import EvalBackendConfig, ProblemsConfig
 from tritonforge.config.train import SFTDataConfig
+from tritonforge.evaluation.api import EvalBackend
+from tritonforge.jobs.repair_data import OpenBackend, repair_attempts
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.feedback import build_feedback
 from tritonforge.rollout.prompts import (
@@ -58,8 +62,10 @@ __all__ = [
     "load_chat_jsonl",
     "load_kernelbook",
     "load_records",
+    "local_judge",
     "pair_to_chat",
     "problem_set_pairs",
+    "repair_chats",
     "tokenize_chat",
 ]
 
@@ -277,10 +283,35 @@ def _chats(cfg: SFTDataConfig) -> tuple[list[ChatExample], Counter]:
     pairs = pairs + problem_set_pairs(cfg.extra_problems)
     chats = [pair_to_chat(p, sol, cfg) for p, sol in pairs]
     if cfg.repair.mutations:
-        from tritonforge.training.repair_data import repair_chats
-
         chats += repair_chats(pairs, cfg)
     return chats, dropped
+
+
+def local_judge(settings: EvalSettings, workers: int) -> OpenBackend:
+    """Opens an in-process evaluator with `settings`, `workers` evaluations at a time."""
+
+    def open_backend() -> EvalBackend:
+        from tritonforge.rollout.runner import build_eval_backend
+
+        return build_eval_backend(EvalBackendConfig(settings=settings, concurrency=workers))
+
+    return open_backend
+
+
+def repair_chats(
+    pairs: Sequence[tuple[Problem, str]],
+    cfg: SFTDataConfig,
+    open_backend: OpenBackend | None = None,
+) -> list[ChatExample]:
+    """Repair episodes of `pairs`: per kept attempt (jobs.repair_data.repair_attempts) the chat
+    [prompt, broken program, the judge's feedback, the correct solution], trained on the last
+    answer only; judged by `open_backend`'s backend, else an in-process evaluator."""
+    rc = cfg.repair
+    judge = open_backend or local_judge(rc.eval, rc.workers)
+    return [
+        pair_to_chat(b.problem, b.solution, cfg, attempts=[(b.code, b.verdict)])
+        for b in repair_attempts(pairs, rc, judge)
+    ]
 
 
 def build_sft_dataset(cfg: SFTDataConfig, tokenizer: Any) -> SFTDataset:

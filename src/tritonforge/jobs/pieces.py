@@ -1,6 +1,6 @@
 """The typed pieces the RL driver composes: trainer, episode runner, metrics sink.
 
-Covers: the Protocols `training.loop.drive` is written against. `RLTrainer` and an `Agent`
+Covers: the Protocols `jobs.loop.drive` is written against. `RLTrainer` and an `Agent`
 (one process) and `scale.TrainerGroup` and `scale.RayAgent` (Ray actors) satisfy them; tests
 check both. Does not cover: any implementation. Torch-free.
 """
