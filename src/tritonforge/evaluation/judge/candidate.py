@@ -7,7 +7,8 @@ granted; the wait is added to `waited`), and turns every way it can fail into a 
 verdict; `outputs` reads the worker's outputs into the judge's memory) and `failure_verdict` (a
 worker's failure reply as a verdict; a device out-of-memory reply names the figures and sets
 `device_oom`, also when the worker died of it outside a request it could answer) and
-`judge_oom_verdict` (the judge's own out-of-memory error as a verdict).
+`judge_oom_verdict` (the judge's own out-of-memory error as a verdict); `malformed`, the shape
+check of every reply (a reply the worker could not have sent is `protocol_violation`).
 Does not cover: what to ask and when (evaluator.py, gpu_timing.py), comparison (compare.py).
 """
 
@@ -78,6 +79,20 @@ class CandidateRun:
         with gate(self.device).shared() as waited:
             self.waited += waited
             reply, rfds = self._call(msg, fds, budget, phase, total)
+        bad = malformed(reply, str(msg.get("op")))
+        if bad:
+            for fd in rfds:
+                os.close(fd)
+            raise Stop(
+                Verdict(
+                    status=Status.REWARD_HACK,
+                    rule="protocol_violation",
+                    phase=phase,
+                    compiled=self.compiled,
+                    message=f"the worker's reply is malformed ({bad}): written by the "
+                    "candidate's code, not by the worker",
+                )
+            )
         if not reply.get("ok") and isinstance(reply.get("memory"), dict):
             self.device_oom = True
         return reply, rfds
@@ -166,7 +181,7 @@ class CandidateRun:
 
 
 def failure_verdict(reply: dict[str, Any], phase: str, compiled: bool) -> Verdict:
-    """The verdict for a worker reply with `ok` false."""
+    """The verdict for a worker reply with `ok` false (its shape checked by `malformed`)."""
     try:
         status = Status(reply.get("status", "internal_error"))
     except ValueError:
@@ -192,6 +207,53 @@ def failure_verdict(reply: dict[str, Any], phase: str, compiled: bool) -> Verdic
         compiled=compiled and status is not Status.COMPILE_ERROR,
         message=msg,
     )
+
+
+# the types of the fields a worker's reply may carry (any reply of any op)
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "ok": bool,
+    "status": str,
+    "phase": str,
+    "message": str,
+    "audit": dict,
+    "facts": dict,
+    "outputs": dict,
+    "sandbox": dict,
+    "memory": dict,
+    "shared": dict,
+    "notes": list,
+}
+_AUDIT_TYPES: dict[str, type | tuple[type, ...]] = {
+    "violations": list,
+    "integrity": dict,
+    "ops": dict,
+    "glue": dict,
+    "launches": int,
+    "launches_ok": int,
+    "kernels": list,
+    "op_shapes": list,
+    "compute_log": list,
+}
+
+
+def malformed(reply: dict[str, Any], op: str) -> str:
+    """What in a worker's reply to `op` has a shape the worker never sends ('' if nothing):
+    such a reply was written by the candidate's code (a reward hack, never the judge's error).
+    Checks the fields the judge reads before its own typed parse."""
+    for key, kind in _FIELD_TYPES.items():
+        if key in reply and not isinstance(reply[key], kind):
+            return f"{key} is a {type(reply[key]).__name__}"
+    audit = reply.get("audit")
+    if audit is None and op == "run" and reply.get("ok"):
+        return "a successful run reply without its audit"
+    for key, kind in _AUDIT_TYPES.items():
+        value = (audit or {}).get(key)
+        if value is not None and not isinstance(value, kind):
+            return f"audit.{key} is a {type(value).__name__}"
+    violations = (audit or {}).get("violations") or []
+    if not all(isinstance(v, str) for v in violations):
+        return "audit.violations holds something other than strings"
+    return ""
 
 
 def oom_figures(facts: dict[str, Any]) -> str:
