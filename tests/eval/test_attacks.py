@@ -162,7 +162,7 @@ def test_half_triton_share_and_minimum(hybrid: Evaluator) -> None:
 
 
 def test_host_compute_cannot_game_a_required_share(hybrid: Evaluator) -> None:
-    case = next(c for c in ATTACKS if c["file"] == "c1_host_numpy.py")
+    case = next(c for c in ATTACKS if c["file"] == "c1_host_python_loop.py")  # numpy: not allowed
     s = hc.base_settings("hybrid")
     assert hybrid.evaluate(hc.problem(case["problem"]), case["source"], s).correct
     s.min_custom_share = 0.5  # numpy work is invisible to the share: no longer tolerated

@@ -79,9 +79,23 @@ def import_refusal(node: ast.Import | ast.ImportFrom, backend: str) -> list[str]
     if not node.level and not installed(module):
         return out
     why = policy.refusal(module, names, node.level, backend, _loaded, _has_submodule)
+    if not why and module not in sys.modules:  # not loaded here: what the names spell
+        why = next(
+            (_spelled(module, n, backend) for n in names if _spelled(module, n, backend)), ""
+        )
     if why:
         out.append(f"from {'.' * node.level}{module} import {', '.join(names)}: {why}")
     return out
+
+
+def _spelled(module: str, name: str, backend: str) -> str:
+    full = f"{module}.{name}"
+    family = policy.family(full)
+    if family is not None and family is policy.family(module):
+        return ""  # a name of an allowed module of that family (load_inline for CUDA)
+    if name in _BY_NAME or (family is not None and not policy.allowed(full, backend)):
+        return f"{full}: the module {name} is not allowed in a candidate"
+    return ""
 
 
 def path_refusal(path: Path, backend: str) -> str | None:

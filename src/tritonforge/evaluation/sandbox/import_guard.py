@@ -6,17 +6,20 @@ native-code rules).
 Two places see imports (both raise `forbidden_import` and an ImportError):
 - **The candidate's own import statements** (`guarded_import`, stubs.guarded_import): every one,
   also of a module already in `sys.modules`, against import_policy.refusal, names taken with
-  `from M import a` resolved to what they are (`from torch import os` is the module os).
+  `from M import a` resolved to what they are (`from torch import os` is the module os). The
+  same `__import__` is also what C code calls when it imports while the candidate's frame is the
+  current one (`PyImport_Import`: torch.tensor imports torch.storage); such calls, told apart by
+  the frame's instruction (not an IMPORT_NAME), only meet the families never loaded.
 - **Every new module load** (`load`, the stub at `importlib._bootstrap._find_and_load`, which the
   C import path, `importlib.import_module`, `__import__` and every other route reach; the
   `import` audit event is a second net for the C path). Who chose the module's name decides:
-  the candidate's own frame, or a lookup by name (`importlib.import_module`, `__import__`
-  called as a function, `pydoc.locate`) whose nearest caller outside the stdlib is the candidate
-  (laundering through `functools.singledispatch`, `map()` and the like counts as the
-  candidate's): the allowlist; an `import` statement in stdlib code: only the families never
-  loaded on the candidate's behalf (import_policy.ON_BEHALF); a library (torch, Triton): only
-  the families never loaded at all while the candidate is on the stack (sub-interpreters,
-  signals, raw memory, the evaluator: import_policy.never).
+  the candidate's import statement, or `importlib.import_module` (or pydoc, pkgutil, runpy)
+  whose nearest caller outside the stdlib is the candidate (laundering through
+  `functools.singledispatch`, `map()` and the like counts as the candidate's): the allowlist; an
+  import in stdlib code on the candidate's behalf: only the families never loaded on its behalf
+  (import_policy.ON_BEHALF); a library (torch, Triton) or C code: only the families never loaded
+  at all while the candidate is on the stack (sub-interpreters, signals, raw memory, the
+  evaluator: import_policy.never).
 A module that does not exist is left to fail (`import_error`: the candidate's mistake).
 Names are copied to exact `str` before use and arguments of other types are refused, so none of
 the candidate's code runs in these handlers.
@@ -68,7 +71,10 @@ def _refuse(what: str, why: str) -> None:
 
 
 def guarded_import(hook: Any, args: tuple, frame: Any) -> None:
-    """Handler of `tritonforge.import` (the candidate's `__import__`)."""
+    """Handler of `tritonforge.import` (the candidate's `__import__`). Its import statements
+    get the whole policy; other calls (C code importing on its own while the candidate's frame
+    is the current one, `PyImport_Import` in torch.tensor; or an explicit `__import__` call,
+    a static dynamic_code) only the families never loaded while the candidate runs."""
     _key, name, fromlist, level, box = args
     exact = _exact(name)
     names = () if fromlist is None else fromlist
@@ -77,42 +83,55 @@ def guarded_import(hook: Any, args: tuple, frame: Any) -> None:
     items = tuple(_exact(n) for n in names)
     if None in items:
         _refuse(f"from {exact} import ...", "only names may be imported")
+    with hook.quiet():
+        caller = frame.f_back
+        statement = caller is not None and caller.f_code.co_code[caller.f_lasti] == _IMPORT_NAME
     backend = hook.armed.backend if hook.armed is not None else "triton"
-    why = policy.refusal(exact, items, level, backend, _namespace)
+    if statement:
+        why = policy.refusal(exact, items, level, backend, _namespace)
+    else:
+        why = policy.refusal(exact) if policy.never(exact) else None
     if why and (level or _exists(exact)):
         _refuse(f"import of {exact} by the candidate", why)
     box.append(hook.real_import)
 
 
-def _importer(hook: Any, frame: Any) -> tuple[Any, bool]:
+def _importer(frame: Any) -> tuple[Any, str]:
     """The frame that asked for a module, past the import system's frames and our stubs, and
-    whether it asked by name (a call, not an import statement of its own). Call quietly."""
-    by_name, f = False, frame
+    how: "statement" (an import statement of its own), "by_name" (through
+    `importlib.import_module`), "call" (C code importing on its own, or `__import__` called as
+    a function). Call quietly."""
+    api, f = False, frame
     while f is not None:
         code = f.f_code
         name = code.co_filename
         if name.startswith("<frozen importlib") or name == _STUBS or name.startswith(_IMPORTLIB):
-            by_name = by_name or code.co_name in ("_gcd_import", "import_module")
+            api = api or code.co_name == "import_module"
             f = f.f_back
             continue
-        return f, by_name or code.co_code[f.f_lasti] != _IMPORT_NAME
-    return None, by_name
+        if api:
+            return f, "by_name"
+        return f, "statement" if code.co_code[f.f_lasti] == _IMPORT_NAME else "call"
+    return None, "call"
 
 
 def decide_load(hook: Any, name: str, frame: Any) -> str | None:
     """Why loading the module `name` now is refused (None: allowed); see the module docstring."""
+    if name == "encodings" or name.startswith("encodings."):
+        return None  # codecs, loaded by the interpreter's C code for str.encode and the like
     with hook.quiet():
         if not hook.origin(frame).on_stack:
             return None
         if policy.never(name):
             return policy.refusal(name) or "never loaded while the candidate runs"
-        importer, by_name = _importer(hook, frame)
+        importer, how = _importer(frame)
         kind = hook.kind(importer)
         nearest = hook.origin(importer).nearest if importer is not None else "none"
         module = hook.module_of(importer) if kind == "stdlib" else ""
-    chosen = kind == "candidate" or (
-        nearest == "candidate" and (by_name or module in _BY_NAME)
-    )  # the name is the candidate's: its own statement, or its string through the stdlib
+    if kind == "candidate":
+        chosen = how != "call"  # its statement or its string (C code's own imports are not)
+    else:  # its string through the stdlib (importlib, pydoc, functools.singledispatch, ...)
+        chosen = nearest == "candidate" and (how == "by_name" or module in _BY_NAME)
     if not chosen:
         if kind == "stdlib" and nearest == "candidate" and name.split(".")[0] in policy.ON_BEHALF:
             return f"the module {name} is not loaded on the candidate's behalf"
