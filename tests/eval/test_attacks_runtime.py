@@ -22,9 +22,8 @@ from typing import Any
 import pytest
 
 import helpers.hack_corpus as hc
-from helpers.import_bypass import bypass_imports
+from helpers.import_bypass import bypass_imports, structural_only
 from tritonforge.evaluation.judge import evaluator as evaluator_module
-from tritonforge.evaluation.judge.checks import StaticResult, run_static
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status
 
@@ -33,20 +32,10 @@ pytestmark = pytest.mark.slow
 CASES = [c for c in hc.cases("attacks") if "runtime_rule" in c and not c.get("gpu")]
 
 
-def _structural_only(
-    source: str | None, mode: str = "strict", backend: str = "triton", require: bool = False
-) -> StaticResult:
-    """The static result without its reward-hack findings (parse errors still count)."""
-    result = run_static(source, mode, backend, require)
-    if result.status is Status.REWARD_HACK:
-        return StaticResult(None, None, "", result.findings, [])
-    return result
-
-
 @pytest.fixture(scope="module")
 def runtime_only() -> Iterator[Evaluator]:
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(evaluator_module, "run_static", _structural_only)
+        mp.setattr(evaluator_module, "run_static", structural_only)
         with Evaluator(hc.base_settings("strict")) as ev:
             yield ev
 

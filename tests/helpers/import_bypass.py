@@ -2,7 +2,8 @@
 attribute of torch (`torch.sys.modules`): no import statement, so neither the static allowlist
 nor the worker's import guard sees it, and the attack reaches the layer it was written against.
 
-Covers: `bypass_imports(source)`. Every `import m`, `import m as a` and
+Covers: `bypass_imports(source)` and `structural_only`, the static check without its reward-hack
+findings (monkeypatched into the evaluator by the runtime-only tests). Every `import m`, `import m as a` and
 `from m import n as a` that the allowlist refuses becomes an assignment from the loaded module
 (`from m import n` takes the attribute, or the loaded submodule `m.n`). Used by
 tests/eval/test_attacks_runtime.py with the static rules off, never by the judge. Does not cover:
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import ast
 
+from tritonforge.evaluation.judge.checks import StaticResult, run_static
 from tritonforge.evaluation.judge.import_rules import import_refusal
+from tritonforge.types import Status
 
 HEADER = (
     "import torch as _tf_torch\n"
@@ -58,3 +61,13 @@ def bypass_imports(source: str) -> str:
         at = first.end_lineno or 0  # after the module docstring
     lines[at:at] = HEADER.rstrip("\n").splitlines()
     return "\n".join(lines) + "\n"
+
+
+def structural_only(
+    source: str | None, mode: str = "strict", backend: str = "triton", require: bool = False
+) -> StaticResult:
+    """The static result without its reward-hack findings (parse errors still count)."""
+    result = run_static(source, mode, backend, require)
+    if result.status is Status.REWARD_HACK:
+        return StaticResult(None, None, "", result.findings, [])
+    return result

@@ -98,7 +98,7 @@ def test_composite_view_ops_are_glue() -> None:
 
 
 SEED_SRC = """import torch, triton, triton.language as tl
-import numpy as np, random
+import random
 @triton.jit
 def k(x):
     pass
@@ -115,7 +115,6 @@ class ModelNew(torch.nn.Module):
         "g = torch.Generator(); g.manual_seed(3)",
         "self.g = torch.Generator(device='cpu').manual_seed(3)",
         "w = torch.randn(4, generator=torch.Generator().manual_seed(7))",
-        "r = np.random.default_rng(0)",
         "r = random.Random(0)",
     ],
 )
@@ -134,7 +133,6 @@ def test_private_generators_allowed(line: str) -> None:
         "st = torch.default_generator.get_state()",
         "g = torch.default_generator",
         "torch.set_rng_state(torch.get_rng_state())",
-        "np.random.seed(0)",
         "random.seed(0)",
         "random.setstate(random.getstate())",
         "ctx = torch.random.fork_rng()",

@@ -172,7 +172,7 @@ def rule_for(event: str, args: tuple) -> str | None:
     if event in audit_fs.FS_ARGS:
         return "filesystem"
     if event == "import":  # with a file: an extension module (native code) being loaded
-        return "native_code" if len(args) > 1 and args[1] is not None else "forbidden_import"
+        return import_guard.import_event_rule(args)
     if event == "cpython.PyInterpreterState_New":
         return "sub_interpreter"
     return None

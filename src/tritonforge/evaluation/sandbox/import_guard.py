@@ -179,6 +179,18 @@ def builder_entry(entry: str, backend: str) -> bool:
     return any(b in entry for b in _BUILDERS)
 
 
+def import_event_rule(args: tuple) -> str | None:
+    """The rule an `import` audit event may break: `native_code` for an extension module (the
+    event carries its file), `forbidden_import` for the families never loaded while the
+    candidate runs or never on its behalf (`new_import_allowed` decides by origin)."""
+    if len(args) > 1 and args[1] is not None:
+        return "native_code"
+    name = _exact(args[0]) if args else None
+    if name is None or policy.never(name) or name.split(".")[0] in policy.ON_BEHALF:
+        return "forbidden_import"
+    return None
+
+
 def new_import_allowed(hook: Any, args: tuple, o: Any) -> bool:
     """The `import` audit event (the C import path; the hook is busy): a second net behind the
     load stub for the families never loaded while the candidate runs and those never loaded on
