@@ -101,7 +101,8 @@ def _spelled(module: str, name: str, backend: str) -> str:
 def path_refusal(path: Path, backend: str) -> str | None:
     """Why a resolved name path is refused (see the module docstring), or None."""
     root = path[0]
-    if not (policy.allowed(root, backend) or policy.package_step(root, backend)):
+    allowed = policy.allowed(root, backend) or policy.package_step(root, backend)
+    if not allowed and installed(root):  # a missing module fails at import (import_error)
         return f"{'.'.join(path)}: the module {root} is not allowed in a candidate"
     hidden = [p for p in path[1:] if p in _ALWAYS_BY_NAME]
     if hidden:
