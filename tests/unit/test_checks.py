@@ -66,6 +66,18 @@ def test_statuses_before_rules() -> None:
     assert run_static(KERNEL).status is Status.MISSING_MODEL_NEW
 
 
+@pytest.mark.parametrize("depth", [150, 1500, 100_000])
+def test_deep_nesting_is_a_syntax_error_not_a_judge_failure(depth: int) -> None:
+    """`1+1+...+1` deep enough to exhaust the parser's or the rules' recursion (RecursionError
+    escaped run_static: internal_error); a shallow one still passes."""
+    expr = "+".join(["1"] * depth)
+    r = run_static(model(OK_FORWARD, prelude=f"ONE = ({expr}) // {depth}\n"))
+    if depth == 150:
+        assert r.status is None, r.message
+    else:
+        assert r.status is Status.SYNTAX_ERROR and "deeper" in r.message, r.message
+
+
 # (rule, source that triggers it, close source that must pass)
 CASES = [
     (

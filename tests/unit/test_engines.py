@@ -235,6 +235,43 @@ def test_hf_update_weights(tiny_dir: Path, tmp_path: Path) -> None:
     assert asyncio.run(eng.generate([PROMPTS[0]], greedy))[0].token_ids == before
 
 
+@pytest.mark.parametrize("mode", ["wait", "keep"])
+def test_hf_pause_mode_decides_whether_a_weight_copy_waits_for_the_batch(
+    tiny_dir: Path, mode: str
+) -> None:
+    """wait: a weight copy waits until the running batch ends; keep: it goes in between two
+    decode steps (the batch then goes on under the new weights), holding the device share."""
+    held: list[str] = []
+
+    @contextlib.contextmanager
+    def hold() -> Iterator[None]:
+        held.append("in")
+        yield
+
+    eng = HFEngine.from_pretrained(tiny_dir, batch_wait_s=0.0, pause_mode=mode, device_hold=hold)
+    params = SamplingParams(max_new_tokens=400, temperature=1.0, ignore_eos=True, seed=3)
+    state = {k: v + 0.01 for k, v in eng.model.state_dict().items()}
+
+    async def run() -> tuple[Generation, int]:
+        task = asyncio.create_task(eng.generate([PROMPTS[0]], params))
+        while eng._pending or not held:  # the batch has begun decoding
+            await asyncio.sleep(0.001)
+        assert await eng.load_state_dict(state, 1)
+        holds_before_copied = len(held)  # decode steps so far, and the copy's own hold
+        return (await task)[0], holds_before_copied
+
+    out, holds = asyncio.run(run())
+    asyncio.run(eng.aclose())
+    assert out.status is GenStatus.LENGTH and len(out.token_ids) == 400
+    if mode == "wait":  # after every decode step of the batch
+        assert holds == 401
+    else:  # a step or so after the batch began
+        assert holds < 200
+    assert eng.policy_version == 1 and len(held) == 401
+    for k, v in eng.model.state_dict().items():
+        assert torch.equal(v, state[k])
+
+
 def test_build_engine_registry(tiny_dir: Path) -> None:
     eng = build_engine(EngineConfig(type="hf", model_path=str(tiny_dir)))
     assert isinstance(eng, HFEngine)

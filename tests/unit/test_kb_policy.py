@@ -19,8 +19,9 @@ import types
 import pytest
 import torch
 
+from helpers.replies import trial_facts
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge import decide, inductor_rules
+from tritonforge.evaluation.judge import decide, inductor_rules, replies
 from tritonforge.evaluation.judge.checks import run_static
 from tritonforge.evaluation.sandbox.glue import classify_op
 from tritonforge.evaluation.sandbox.inductor_compat import classic_grid
@@ -28,20 +29,31 @@ from tritonforge.evaluation.sandbox.inductor_compat import classic_grid
 WRITTEN = {"numel": 10, "launched_on": True, "from_kernel": True}
 
 
-def trial(log, ops, launches=2):
+def wire(log, ops, launches=2):
+    """One trial's audit as the worker sends it."""
     return {
         "launches": launches,
         "launches_ok": launches,
         "snapshotted": launches,
         "wrote_any": True,
+        "kernels": ["k"],
         "ops": ops,
+        "glue": {},
+        "op_shapes": [],
         "compute_log": log,
         "violations": [],
+        "integrity": {"armed": "", "glue": ""},
     }
 
 
+def trial(log, ops, launches=2):
+    """The audit as the judge sees it: parsed once (judge/replies.py)."""
+    return replies._audit(wire(log, ops, launches))
+
+
 def rule(audit, mode="strict"):
-    hit = decide.decide_audit(audit, {"provenance": [WRITTEN]}, EvalSettings(mode=mode), False)
+    facts = trial_facts({"provenance": [WRITTEN]})
+    hit = decide.decide_audit(audit, facts, EvalSettings(mode=mode), False)
     return hit[0] if hit else None
 
 
@@ -68,9 +80,6 @@ def test_sum_then_div_is_an_epilogue_of_two() -> None:
         ([["aten::mm", True, 2]], {"aten::mm": 1}, "a matmul is not O(output)"),
         ([["aten::mean", True, 2]] * 3, {"aten::mean": 3}, "more than two ops"),
         ([["aten::mean", True, 2]], {"aten::mean": 1, "aten::linear": 1}, "the profiler saw more"),
-        ([["aten::mean", "yes", 2]], {"aten::mean": 1}, "malformed flag"),
-        ([["aten::mean", True]], {"aten::mean": 1}, "malformed entry"),
-        ("aten::mean", {"aten::mean": 1}, "not a list"),
         ([], {"aten::relu": 1}, "no log"),
     ],
 )
@@ -78,6 +87,22 @@ def test_not_an_epilogue(log, ops, why) -> None:
     a = trial(log, ops)
     assert decide.epilogue(a) == {}, why
     assert rule(a) == "torch_compute", why
+
+
+@pytest.mark.parametrize(
+    "log, why",
+    [
+        ([["aten::mean", "yes", 2]], "malformed flag"),
+        ([["aten::mean", True]], "malformed entry"),
+        ("aten::mean", "not a list"),
+        ([["aten::mean", True, -1]], "a negative count"),
+    ],
+)
+def test_a_malformed_log_does_not_parse(log, why) -> None:
+    """The worker's log is its word: one that does not parse is a protocol_violation (the
+    judge's CandidateRun.ask), not an audit to decide on."""
+    with pytest.raises(replies.ReplyError):
+        replies._audit(wire(log, {"aten::mean": 1}))
 
 
 def test_no_launch_means_no_epilogue() -> None:

@@ -457,7 +457,18 @@ def run_static(
     source: str | None, mode: str = "strict", backend: str = "triton", require_kernel: bool = False
 ) -> StaticResult:
     """Apply all static rules; the first fatal finding decides the result. `require_kernel`:
-    no_custom_kernel applies in hybrid mode too (the tritonforge preset)."""
+    no_custom_kernel applies in hybrid mode too (the tritonforge preset). A source nested deeper
+    than the parser or the rules recurse (`1+1+...+1` a thousand times) is a syntax error, not a
+    judge failure."""
+    try:
+        return _run_static(source, mode, backend, require_kernel)
+    except RecursionError:
+        return StaticResult(
+            Status.SYNTAX_ERROR, None, "the source nests expressions deeper than the judge parses"
+        )
+
+
+def _run_static(source: str | None, mode: str, backend: str, require_kernel: bool) -> StaticResult:
     if source is None or not source.strip():
         return StaticResult(Status.NO_CODE, None, "the response contained no code")
     try:
