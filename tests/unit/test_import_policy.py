@@ -51,6 +51,8 @@ ALLOWED = [
     "from torch.utils.checkpoint import checkpoint",
     "from torch.utils import checkpoint",
     "from torch.autograd import Function",
+    "import torch.backends.cudnn as cudnn",
+    "from torch.jit import ignore",
     "import triton",
     "import triton.language as tl",
     "from triton.language.extra import libdevice",

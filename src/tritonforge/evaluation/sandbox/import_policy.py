@@ -36,6 +36,10 @@ ALLOWED: dict[str, bool] = {
     "torch.linalg": False,
     "torch.special": False,
     "torch.utils.checkpoint": False,
+    # the candidate's own settings (issue 31: cuDNN/cuBLAS flags) and torch.jit's eager no-op
+    # markers (`ignore`, `unused`; scripting and tracing stay generated_code)
+    "torch.backends": True,
+    "torch.jit": False,
     # Triton: the package (jit, autotune, Config, cdiv), the kernel language with libdevice, and
     # `from triton.runtime import driver` (device properties, as in Triton's tutorials)
     "triton": False,
