@@ -149,8 +149,9 @@ def test_half_triton_share_and_minimum(hybrid: Evaluator) -> None:
 def test_host_compute_cannot_game_a_required_share(hybrid: Evaluator) -> None:
     """Host compute happens in the candidate's process, where no trusted process can repeat or
     time it: the replay of its device work alone is wrong (replay_mismatch); with a required
-    share the in-process audit already names the host read."""
-    case = next(c for c in ATTACKS if c["file"] == "c1_host_numpy.py")
+    share the in-process audit already names the host read. (A Python loop over `tolist()`:
+    numpy is not on the import allowlist.)"""
+    case = next(c for c in ATTACKS if c["file"] == "c1_host_python_loop.py")
     s = hc.base_settings("hybrid")
     v = hybrid.evaluate(hc.problem(case["problem"]), case["source"], s)
     assert v.status is Status.REWARD_HACK and v.rule == "replay_mismatch", v.message

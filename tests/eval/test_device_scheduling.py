@@ -162,13 +162,14 @@ def test_nothing_is_lost_when_the_timing_process_dies(deaths: int) -> None:
 
 
 SLOW_RELU = """
-import time
 import torch
 import torch.nn as nn
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        time.sleep(0.5)
+        spin = 0
+        while spin < 10_000_000:  # a while of pure Python (`time` is not allowed in candidates)
+            spin += 1
         return torch.relu(x)
 """
 

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 import pytest
 
 import helpers.hack_corpus as hc
+from helpers.import_bypass import bypass_imports, structural_only
+from tritonforge.evaluation.judge import evaluator as evaluator_module
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status
 
@@ -276,9 +278,23 @@ def strict() -> Iterator[Evaluator]:
         yield ev
 
 
+# their `import string` is refused by the import allowlist first: judged by the runtime layers
+# alone (static rules off, the import rewritten as a sys.modules lookup: helpers/import_bypass.py)
+RUNTIME_ONLY = {
+    "kernel_parameter_named_stream",
+    "grid_callable_host_numpy_preexisting",
+    "grid_callable_record_function_off_preexisting",
+}
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_review_attack_rejected(strict: Evaluator, name: str) -> None:
+def test_review_attack_rejected(
+    strict: Evaluator, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     source, rules = CASES[name]
+    if name in RUNTIME_ONLY:
+        monkeypatch.setattr(evaluator_module, "run_static", structural_only)
+        source = bypass_imports(source)
     v = strict.evaluate(hc.problem("builtin/relu"), source, hc.base_settings("strict"))
     detail = f"{name}: {v.status.value} rule={v.rule}\n{v.message[:600]}"
     assert v.status is Status.REWARD_HACK, detail

@@ -38,8 +38,10 @@ FLOOD = GOOD.replace(
     "        x = x.contiguous()\n"
     "        for i in range(20000):\n"
     "            print('stdout flood line', i, 'x' * 200)\n"
-    "            print('stderr flood line', i, file=sys.stderr)\n",
-).replace("import torch\n", "import sys\n\nimport torch\n", 1)
+    "            log.error('stderr flood line %d', i)\n",  # stderr (sys is not allowed)
+).replace(
+    "import torch\n", "import logging\n\nimport torch\n\nlog = logging.getLogger('flood')\n", 1
+)
 
 
 def fast(**kw) -> EvalSettings:

@@ -20,10 +20,11 @@ def test_sys_path_entry_under_tmp_stays_importable(tmp_path, monkeypatch) -> Non
     pkg = tmp_path / "extra_path"  # pytest's base dirs are 0700: the sandbox must recreate them
     pkg.mkdir(mode=0o755)
     pkg.chmod(0o755)
-    (pkg / "tf_probe_mod.py").write_text("VALUE = 41\n")
+    # a module under a name on the candidate's import allowlist (einops, not installed here)
+    (pkg / "einops.py").write_text("VALUE = 41\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pkg), os.environ.get("PYTHONPATH", "")]))
     relu = next(p for p in load_suite("builtin", size="cpu") if p.name == "relu")
-    source = "import tf_probe_mod\nassert tf_probe_mod.VALUE == 41\n" + relu.solution_src
+    source = "import einops\nassert einops.VALUE == 41\n" + relu.solution_src
     with Evaluator(
         EvalSettings(device="cpu", correctness_trials=2)
     ) as ev:  # fork server sees the env

@@ -37,6 +37,21 @@ PROBLEMS = {p.name: p for p in load_suite("builtin", size="cpu")}
 RELU = PROBLEMS["relu"].solution_src or ""
 CHEAP = ["relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "sum_dim"]
 FORWARD = "        x = x.contiguous()"
+# candidate bodies that need no module beyond the import allowlist (`time` and `faulthandler`
+# are not on it): a future that never completes blocks without using the CPU; a million nested
+# map iterators overflow the C stack
+HANG = "        torch.futures.Future().wait()\n"
+SEGFAULT = (
+    "        it = iter([0.0])\n"
+    "        for _ in range(1_000_000):\n"
+    "            it = map(abs, it)\n"
+    "        next(it)\n"
+)
+
+
+def spin(steps: int) -> str:
+    """A body busy for about steps / 1e7 seconds."""
+    return f"        spin = 0\n        while spin < {steps}:\n            spin += 1\n"
 
 
 def _with_body(body: str, tag: str) -> str:
@@ -66,12 +81,12 @@ def make_request(i: int) -> tuple[dict[str, Any], str]:
         )
     if kind == 7:  # segfault in forward (an out-of-bounds load in the interpreter is refused
         # as illegal_memory_access before it can crash: sandbox/audit_memory.py)
-        src = _with_body("        import faulthandler\n        faulthandler._sigsegv()\n", str(i))
+        src = _with_body(SEGFAULT, str(i))
         return {"suite": "builtin", "problem_id": "relu", "source": src, "settings": settings}, (
             "crash"
         )
     if kind == 8:  # hangs past a small compile budget
-        src = _with_body("        import time\n        time.sleep(60)\n", str(i))
+        src = _with_body(HANG, str(i))
         hang = {**settings, "budgets": {"compile_s": 2.0}}
         return {"suite": "builtin", "problem_id": "relu", "source": src, "settings": hang}, (
             "timeout"
@@ -179,7 +194,7 @@ async def _load(url: str) -> dict[str, Any]:
 
 
 async def _kill_mid_eval(url: str, server_pid: int) -> tuple[dict[str, Any], list[str]]:
-    src = _with_body("        import time\n        time.sleep(60)\n", "victim")
+    src = _with_body(HANG, "victim")
     body = {"suite": "builtin", "problem_id": "relu", "source": src,
             "settings": {"correctness_trials": 2, "budgets": {"compile_s": 120.0}}}  # fmt: skip
     async with httpx.AsyncClient(timeout=300) as c:
@@ -207,7 +222,7 @@ async def _disconnect_while_queued(url: str) -> tuple[int, float]:
     """Fill the 4 workers, queue a fifth request, drop its connection: it is never judged."""
 
     def slow(tag: str) -> dict[str, Any]:
-        src = _with_body("        import time\n        time.sleep(3)\n", tag)
+        src = _with_body(spin(30_000_000), tag)
         return {"suite": "builtin", "problem_id": "relu", "source": src,
                 "settings": {"correctness_trials": 2}}  # fmt: skip
 
@@ -288,7 +303,7 @@ def test_load_mix_kill_and_recovery(server):
 
 
 async def _sigterm_mid_eval(url: str, proc: subprocess.Popen) -> dict[str, Any]:
-    src = _with_body("        import time\n        time.sleep(1.5)\n", "drain")
+    src = _with_body(spin(15_000_000), "drain")
     body = {"suite": "builtin", "problem_id": "relu", "source": src,
             "settings": {"correctness_trials": 2}}  # fmt: skip
     async with httpx.AsyncClient(timeout=120) as c:

@@ -98,13 +98,13 @@ CASES = [
     ("forbidden_import", model(OK_FORWARD, "from . import sibling"), model(OK_FORWARD)),
     (
         "introspection",
-        model("print(sys.modules)\n" + OK_FORWARD, "import sys"),
-        model("print(len(list(self.modules())))\n" + OK_FORWARD, "import sys"),
+        model("print(torch.sys.modules)\n" + OK_FORWARD),
+        model("print(len(list(self.modules())))\n" + OK_FORWARD),
     ),
     (
         "introspection",
-        model("f = sys._getframe(1)\n" + OK_FORWARD, "import sys"),
-        model("n = sys.getsizeof(x)\n" + OK_FORWARD, "import sys"),
+        model("f = torch.sys._getframe(1)\n" + OK_FORWARD),
+        model("n = x.element_size()\n" + OK_FORWARD),
     ),
     (
         "introspection",
@@ -113,8 +113,8 @@ CASES = [
     ),
     (
         "introspection",
-        model('g = operator.attrgetter("f_locals")\n' + OK_FORWARD, "import operator"),
-        model('g = operator.attrgetter("weight")\n' + OK_FORWARD, "import operator"),
+        model('g = "f_locals"\n' + OK_FORWARD),
+        model('g = "weight"\n' + OK_FORWARD),
     ),
     (
         "introspection",
@@ -148,13 +148,13 @@ CASES = [
     ),
     (
         "process_control",
-        model("os._exit(0)\n" + OK_FORWARD, "import os"),
-        model("p = os.path.join('a', 'b')\n" + OK_FORWARD, "import os"),
+        model(OK_FORWARD, "from sys import exit"),
+        model(OK_FORWARD, "from typing import Any"),
     ),
     (
         "process_control",
         model(OK_FORWARD, "from os import _exit"),
-        model(OK_FORWARD, "from os import path"),
+        model(OK_FORWARD, "from math import pi"),
     ),
     (
         "generated_code",
@@ -299,8 +299,8 @@ def test_aliases_are_resolved() -> None:
 # What a name resolves to (issue 14): (rule, line(s) in forward, prelude, a close line that passes)
 RESOLVED = [
     ("profiler_tamper", 'on = getattr(torch.autograd, "_profiler_enabled")()', "", "on = True"),
-    ("introspection", 'm = getattr(sys, "modules")', "import sys", 'v = getattr(sys, "version")'),
-    ("introspection", 'm = sys.modules["os"]', "import sys", "v = sys.version_info[0]"),
+    ("introspection", 'm = getattr(torch.sys, "modules")', "", 'v = getattr(torch, "float32")'),
+    ("introspection", 'm = torch.sys.modules["os"]', "", "v = torch.__version__"),
     ("judge_tamper", "T.detach = None", "T = torch.Tensor", "t = x.detach()"),
     ("judge_tamper", "P.numpy = None", "P = torch\nQ = P.Tensor\nP = Q", "n = x.numel()"),
     ("judge_tamper", 'setattr(T, "detach", None)', "T = torch.Tensor", 'setattr(self, "k", 1)'),
@@ -310,13 +310,14 @@ RESOLVED = [
         "import logging",
         "lg = logging.getLogger()",
     ),
-    ("forbidden_import", "q = queue.threading", "import queue", "q = queue.Queue()"),
-    ("forbidden_import", 'c = getattr(email.utils, "socket")', "import email.utils", "n = 1"),
+    ("forbidden_import", "q = warnings.sys", "import warnings", "w = warnings.warn"),
+    ("forbidden_import", 'c = getattr(contextlib, "os")', "import contextlib", "n = 1"),
+    ("forbidden_import", "b = triton.runtime.build", "", "d = triton.runtime.driver"),
+    ("forbidden_import", "p = tl.extra.pkgutil", "", "f = tl.extra.libdevice"),
     ("dispatcher_escape", 'C = getattr(torch, "_C")', "", 'f = getattr(torch, "float32")'),
-    ("dispatcher_escape", 'C = operator.attrgetter("_C")(torch)', "import operator", "n = 1"),
     ("generated_code", 'c = getattr(torch, "compile")', "", 'e = getattr(torch, "empty")'),
-    ("process_control", 'k = getattr(os, "kill")', "import os", 'p = getattr(os, "sep")'),
-    ("dynamic_code", 'a = operator.attrgetter("fo" + "rk")(os)', "import operator, os", "n = 1"),
+    ("forbidden_import", 'k = getattr(torch.os, "kill")', "", 'p = getattr(torch, "float16")'),
+    ("dynamic_code", 'm = list(map(__import__, ["math"]))', "", "m = list(map(abs, [1]))"),
     ("dynamic_code", "f = functools.reduce(getattr, ['x'], x)", "import functools", "n = 1"),
     ("introspection", "setter = object.__setattr__", "", "n = 1"),
 ]
@@ -450,7 +451,6 @@ OWN_SETTINGS_OK = [
     "torch.cuda.manual_seed_all(0)",
     "torch.random.manual_seed(3)",
     "random.seed(0)",
-    "np.random.seed(0)",
     "torch.set_rng_state(torch.ByteTensor(8))",
     "torch.backends.cudnn.benchmark = True",
     "torch.backends.cudnn.deterministic = True",
@@ -477,7 +477,6 @@ SEED_READS = [
     "g = torch.cuda.default_generators[0]",
     "ctx = torch.random.fork_rng()",
     "s = random.getstate()",
-    "s = np.random.get_state()",
     "from torch import initial_seed",
     "from torch.random import fork_rng",
     "from random import getstate",
@@ -489,7 +488,7 @@ SEED_READS = [
     [(line, None) for line in OWN_SETTINGS_OK] + [(line, "seed_probe") for line in SEED_READS],
 )
 def test_setting_is_allowed_reading_rng_state_is_not(line: str, rule: str | None) -> None:
-    source = model(OK_FORWARD, "import random\nimport numpy as np\n" + line)
+    source = model(OK_FORWARD, "import random\n" + line)  # numpy: not on the import allowlist
     for mode in ("strict", "hybrid"):
         r = run_static(source, mode, "triton")
         assert r.rule == rule, (mode, line, r.rule, r.message)

@@ -11,6 +11,8 @@ Does not cover: collecting the facts in a real worker (tests/eval/test_attacks.p
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from helpers.replies import audit_facts, trial_facts
@@ -135,6 +137,9 @@ CAND = Origin(True, "candidate", "library", "candidate", "")
         ("os.rename", ("/a", "/b"), "filesystem"),
         ("import", ("socket",), "forbidden_import"),
         ("import", ("json",), None),
+        ("import", ("_xxsubinterpreters",), "forbidden_import"),
+        ("import", ("relu_native", "/tmp/relu_native.so", None, None, None), "native_code"),
+        ("cpython.PyInterpreterState_New", (), "sub_interpreter"),
         ("os.listdir", ("/",), None),
     ],
 )
@@ -211,18 +216,27 @@ def test_import_guard_blocks_forbidden_roots(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(STATE, "violations", [])
     hook, guard = _hook(), audit_hook._BUILTIN["tritonforge.import"]
 
-    def imp(name: str, level: int = 0):
+    def fake_import(name, globals=None, locals=None, fromlist=(), level=0):
         box: list = []
-        guard(hook, (0, name, level, box), None)
-        return box[0](name, None, None, (), level)
+        guard(hook, (0, name, fromlist, level, box), sys._getframe(0))
+        return box[0](name, globals, locals, fromlist, level)
 
-    assert imp("math").__name__ == "math"
+    def imp(statement: str):  # run as an import statement (the guard tells them apart)
+        ns = {"__builtins__": {"__import__": fake_import}, "__name__": "candidate"}
+        exec(compile(statement, "<candidate>", "exec"), ns)
+        return ns
+
+    assert imp("import math")["math"].__name__ == "math"
     for name in ("socket", "tritonforge.evaluation.sandbox.audit", "posix", "ctypes.util", "pydoc"):
         with pytest.raises(ImportError, match="blocked"):
-            imp(name)
+            imp(f"import {name}")
     with pytest.raises(ImportError, match="relative"):
-        imp("x", 1)
+        imp("from . import x")
     assert STATE.violations[0].startswith("forbidden_import: import of socket")
+    # called, not an import statement (C code importing while the candidate's frame is current)
+    assert fake_import("json").__name__ == "json"
+    with pytest.raises(ImportError, match="blocked"):
+        fake_import("ctypes")
 
 
 def test_changed_after_timing_names_the_rule_and_the_failure() -> None:

@@ -41,7 +41,8 @@ def relu_variant(tag: str, body: str = "") -> str:
 
 
 WRONG = (RELU.solution_src or "").replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.0) + 1.0")
-SLOW_BODY = "        import time\n        time.sleep(4.0)\n"
+# a few seconds of pure Python (`time` is not on the candidate's import allowlist)
+SLOW_BODY = "        spin = 0\n        while spin < 60_000_000:\n            spin += 1\n"
 
 
 @pytest.fixture(scope="module")

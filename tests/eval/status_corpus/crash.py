@@ -1,6 +1,5 @@
-"""Status crash: the worker dies of SIGSEGV inside forward."""
-
-import faulthandler
+"""Status crash: the worker dies of SIGSEGV inside forward (a million nested map iterators
+overflow the C stack when the outermost is advanced: no module beyond the allowlist needed)."""
 
 import torch
 import torch.nn as nn
@@ -20,5 +19,8 @@ class ModelNew(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x)
         relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
-        faulthandler._sigsegv()
+        it = iter([0.0])
+        for _ in range(1_000_000):
+            it = map(abs, it)
+        next(it)
         return out

@@ -1,6 +1,4 @@
-"""Status timeout: forward sleeps far beyond the (test's small) compile budget."""
-
-import time
+"""Status timeout: forward spins far beyond the (test's small) compile budget."""
 
 import torch
 import torch.nn as nn
@@ -18,7 +16,8 @@ def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 class ModelNew(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(600)
+        while True:  # busy: no module beyond the allowlist needed
+            pass
         out = torch.empty_like(x)
         relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
         return out

@@ -1,7 +1,5 @@
-"""Status timeout in the correctness phase: the first call (compile) is quick, the second sleeps
+"""Status timeout in the correctness phase: the first call (compile) is quick, the second spins
 past the (test's small) correctness budget. The message must name the configured budget."""
-
-import time
 
 import torch
 import torch.nn as nn
@@ -25,7 +23,8 @@ class ModelNew(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         if self.calls > 1:
-            time.sleep(600)
+            while True:  # busy: no module beyond the allowlist needed
+                pass
         out = torch.empty_like(x)
         relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
         return out

@@ -2,8 +2,8 @@
 
 Covers: no code, syntax errors, a missing `ModelNew`, and the source-level reward-hack rules
 (no custom kernel in strict mode, generated code, dispatcher escapes, dynamic code and
-introspection that could reach the audit's state, forbidden imports, patching the evaluator's
-functions, probing the RNG seed, exiting the process, probing the profiler, Python inside a
+introspection that could reach the audit's state, imports off the allowlist (import_rules.py),
+patching the evaluator's functions, probing the RNG seed, exiting the process, probing the profiler, Python inside a
 kernel body via kernel_checks.py). Static rules are the cheap first layer; the audit in the
 sandbox (audit.py) catches what source tricks hide. Rule names and meanings: docs/security.md.
 Does not cover: running anything. (Over 400 lines because the rule tables list one name per
@@ -17,12 +17,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tritonforge.evaluation.judge import inductor_rules
+from tritonforge.evaluation.judge import import_rules, inductor_rules
 from tritonforge.evaluation.judge.kernel_checks import name_chain as _chain
 from tritonforge.evaluation.judge.kernel_checks import python_in_kernel
 from tritonforge.evaluation.judge.own_settings import jit_noop, own_setting, seed_read
 from tritonforge.evaluation.judge.resolve import Resolver
-from tritonforge.evaluation.sandbox.forbidden import FORBIDDEN_MODULES
 from tritonforge.types import Status
 
 
@@ -73,29 +72,9 @@ INTROSPECTION_ATTRS = {
 }
 # host views of tensor memory without a torch call (numpy's and CUDA's array interfaces)
 HOST_VIEW_NAMES = {"__array_interface__", "__array_struct__", "__cuda_array_interface__"}
-# forbidden modules that other modules expose as attributes (logging.threading, queue.threading)
-REACHABLE_FORBIDDEN = {
-    "threading",
-    "_thread",
-    "concurrent",
-    "multiprocessing",
-    "subprocess",
-    "socket",
-    "ctypes",
-    "gc",
-    "importlib",
-    "builtins",
-    "pickle",
-    "marshal",
-    "pydoc",
-    "pkgutil",
-    "runpy",
-    "mmap",
-    "weakref",
-    "tritonforge",
-}
 VALUE_ONLY_CALLS = {"getattr", "setattr", "delattr"}  # passing these around hides the name
 DYNAMIC_CALLS = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
+DYNAMIC_VALUES = {"exec", "eval", "__import__", "breakpoint"}  # also passed around uncalled
 GENERATED = {
     ("torch", "compile"),
     ("torch", "jit"),
@@ -168,9 +147,10 @@ INTROSPECTION_STRINGS = INTROSPECTION_ATTRS | {"__import__", "f_builtins", "gi_c
 
 
 class _Visitor(ast.NodeVisitor):
-    def __init__(self, resolver: Resolver):
+    def __init__(self, resolver: Resolver, backend: str = "triton"):
         self.findings: list[Finding] = []
         self.resolver = resolver
+        self.backend = backend  # the import allowlist differs by backend (import_rules.py)
         self.aliases = resolver.aliases  # name -> module path (imports and local aliases)
         self.inner: set[int] = set()  # ids of Attribute nodes that are prefixes of a longer chain
         self.called: set[int] = set()  # ids of Name nodes that are the function of a call
@@ -211,36 +191,31 @@ class _Visitor(ast.NodeVisitor):
             self.add(
                 "process_control", node, f"{'.'.join(path[:2])}: process control is not allowed"
             )
-        hidden = [p for p in path[1:] if p in REACHABLE_FORBIDDEN]
-        if hidden or path[0] in FORBIDDEN_MODULES - {"types", "code", "signal"}:
-            what = hidden[0] if hidden else path[0]
-            self.add(
-                "forbidden_import",
-                node,
-                f"{'.'.join(path)}: the module {what} is not allowed in a candidate",
-            )
+        refused = import_rules.path_refusal(path, self.backend)
+        if refused:
+            self.add("forbidden_import", node, refused)
         if whole:
             self._profiler(node, path)
 
     def visit_Import(self, node: ast.Import) -> None:
+        before = len(self.findings)
         for a in node.names:
-            root = a.name.split(".")[0]
-            if root in FORBIDDEN_MODULES:
-                self.add(
-                    "forbidden_import", node, f"import of {a.name} is not allowed in a candidate"
-                )
             self._module_path(node, tuple(a.name.split(".")))
+        self._allowlist(node, before)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        mod = node.module or ""
-        if node.level or mod.split(".")[0] in FORBIDDEN_MODULES:
-            self.add(
-                "forbidden_import",
-                node,
-                f"import from {'.' * node.level}{mod} is not allowed in a candidate",
-            )
+        mod, before = node.module or "", len(self.findings)
         for a in node.names:
             self._module_path(node, (*mod.split("."), a.name))
+        self._allowlist(node, before)
+
+    def _allowlist(self, node: ast.Import | ast.ImportFrom, before: int) -> None:
+        """The import allowlist (import_rules.py), unless a rule that names what the import
+        reaches more precisely has fired (generated_code for the compiler, reference_reuse)."""
+        if len(self.findings) > before:
+            return
+        for why in import_rules.import_refusal(node, self.backend):
+            self.add("forbidden_import", node, why)
 
     def _module_path(self, node: ast.AST, path: tuple[str, ...]) -> None:
         if inductor_rules.allowed(path):  # KernelBook-style runtime helpers (inductor_rules.py)
@@ -301,6 +276,8 @@ class _Visitor(ast.NodeVisitor):
             self.add("introspection", node, "__builtins__ is not accessible to candidates")
         if node.id in VALUE_ONLY_CALLS and id(node) not in self.called:
             self.add("dynamic_code", node, f"{node.id} used as a value hides the attribute name")
+        if node.id in DYNAMIC_VALUES and id(node) not in self.called:  # map(__import__, names)
+            self.add("dynamic_code", node, f"{node.id} used as a value is not allowed")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in INTROSPECTION_ATTRS:
@@ -530,7 +507,7 @@ def _run_static(source: str | None, mode: str, backend: str, require_kernel: boo
             None,
             "the code defines no `ModelNew` (a class ModelNew(nn.Module) with the same interface as Model)",
         )
-    v = _Visitor(Resolver(tree))
+    v = _Visitor(Resolver(tree), backend)
     v.visit(tree)
     findings = list(v.findings)
     if backend == "triton":

@@ -67,6 +67,7 @@ _STUB_FACTORIES = {
         "bench_entry",
         "os_open",
         "guarded_import",
+        "load_entry",
         "Lineage",
     )
 }
@@ -146,7 +147,40 @@ def _install_tripwires(cpu: bool) -> None:
     for owner, attr in _profiler_controls():
         _tripwire(owner, attr, "profiler_tamper", always=True)
     _install(os, "open", stubs.os_open(0))
+    _signal_handlers()
+    _module_loads()
     _fresh_allocations()
+
+
+def _signal_handlers() -> None:
+    """Installing a signal handler (Python has no audit event for it) with the candidate on the
+    stack: a handler runs its code at any moment, also inside a launch window. Every binding of
+    the functions in a loaded module is replaced (`from signal import signal` included)."""
+    import _signal
+
+    for attr in ("signal", "setitimer", "set_wakeup_fd", "siginterrupt"):
+        original = getattr(_signal, attr, None)
+        if original is None:
+            continue
+        owners = [m for m in list(sys.modules.values()) if _binds(m, attr, original)]
+        what = f"signal.{attr} called by the candidate"
+        key = _HOOK.add_trip(Trip(original, "signal_handler", what, True, in_launch=True))
+        for owner in owners:
+            _install(owner, attr, stubs.tripwire(key))
+
+
+def _binds(module: Any, attr: str, value: Any) -> bool:
+    ns = getattr(module, "__dict__", None)
+    return isinstance(ns, dict) and ns.get(attr) is value
+
+
+def _module_loads() -> None:
+    """Every new module load passes the import allowlist (import_guard.py)."""
+    import _frozen_importlib as bootstrap
+
+    original = bootstrap._find_and_load
+    key = _HOOK.add_trip(Trip(original, "", "module loads", False))
+    _install(bootstrap, "_find_and_load", stubs.load_entry(key))
 
 
 def _allocates_fresh(original: Any) -> Any:
@@ -294,11 +328,16 @@ def preload(cpu: bool) -> None:
 
 
 def arm(
-    candidate_path: str, scratch: str, allow_spawn_from: tuple[str, ...], strict: bool = True
+    candidate_path: str,
+    scratch: str,
+    allow_spawn_from: tuple[str, ...],
+    strict: bool = True,
+    backend: str = "triton",
 ) -> None:
     """In the worker, before importing the candidate: arm the hook once, then drop it."""
     global _HOOK
-    armed = Armed(candidate_path, os.path.realpath(scratch), tuple(allow_spawn_from), strict)
+    real = os.path.realpath(scratch)
+    armed = Armed(candidate_path, real, tuple(allow_spawn_from), strict, backend)
     _HOOK.arm(armed)
     STATE.armed = armed
     _HOOK = None

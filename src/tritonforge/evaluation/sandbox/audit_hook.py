@@ -13,7 +13,8 @@ with a frozen `Armed` it keeps to itself (no switch turns it off). It
   handlers registered by the recorder (audit_launch.py, lineage.py).
 Nothing reachable refers to the hook: the interpreter keeps it, and the worker drops its own
 reference once armed. Rules: network, process_spawn, signal_process, native_code, introspection,
-dynamic_code, filesystem, forbidden_import, background_thread (docs/security.md).
+dynamic_code, filesystem, forbidden_import (import_guard.py), sub_interpreter, background_thread
+(docs/security.md).
 Does not cover: the forward scope and tamper checks (audit.py), isolation (isolation.py).
 """
 
@@ -28,9 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tritonforge.evaluation.sandbox import audit_fs
+from tritonforge.evaluation.sandbox import audit_fs, import_guard
 from tritonforge.evaluation.sandbox.audit_state import STATE, Armed, violation
-from tritonforge.evaluation.sandbox.forbidden import FORBIDDEN_MODULES, FOREIGN_MEMORY
 
 _STDLIB = tuple(
     {
@@ -44,31 +44,6 @@ _STDLIB = tuple(
 # Nothing else: a helper that reads attributes by name (string.Formatter.get_field) would read a
 # frame for the candidate.
 _SAFE_STDLIB = frozenset({"collections", "dataclasses", "enum", "typing", "warnings"})
-# The candidate's own `import` statements: the static list plus the evaluator and raw OS modules.
-RUNTIME_FORBIDDEN = frozenset(
-    FORBIDDEN_MODULES | {"tritonforge", "posix", "nt", "_posixsubprocess"}
-)
-# New imports (not yet in sys.modules) anywhere on the candidate's behalf.
-_FORBIDDEN_IMPORTS = frozenset(
-    {
-        "ctypes",
-        "cffi",
-        "subprocess",
-        "_posixsubprocess",
-        "socket",
-        "_socket",
-        "ssl",
-        "multiprocessing",
-        "pty",
-        "urllib",
-        "http",
-        "requests",
-        "httpx",
-        "asyncio",
-        "tritonforge",
-        *FOREIGN_MEMORY,
-    }
-)
 
 
 @dataclass
@@ -78,6 +53,7 @@ class Origin:
     caller: str  # kind of that frame's caller
     nearest: str  # nearest kind that is not stdlib
     module: str  # top-level stdlib module of the immediate frame ('' if not stdlib)
+    entry: str = ""  # file of the first frame outside the stdlib that the candidate called
 
 
 _NONE = Origin(False, "none", "none", "none", "")
@@ -195,8 +171,10 @@ def rule_for(event: str, args: tuple) -> str | None:
         return "dynamic_code"
     if event in audit_fs.FS_ARGS:
         return "filesystem"
-    if event == "import" and args and str(args[0]).split(".")[0] in _FORBIDDEN_IMPORTS:
-        return "forbidden_import"
+    if event == "import":  # with a file: an extension module (native code) being loaded
+        return import_guard.import_event_rule(args)
+    if event == "cpython.PyInterpreterState_New":
+        return "sub_interpreter"
     return None
 
 
@@ -223,6 +201,7 @@ class Trip:
     rule: str  # "": never trips (the stub only routes the call, e.g. to mark a buffer fresh)
     what: str
     always: bool  # blocked at any time with the candidate on the stack (else: during forward)
+    in_launch: bool = False  # also inside a launch window (where tripwires are otherwise off)
 
 
 Handler = Callable[["Hook", tuple, Any], None]
@@ -264,6 +243,10 @@ class Hook:
                 self.kinds[name] = kind
         return kind
 
+    def module_of(self, frame: Any) -> str:
+        """The top-level stdlib module a frame runs in ('' if none)."""
+        return _stdlib_module(frame.f_code.co_filename) or "" if frame is not None else ""
+
     def origin(self, frame: Any) -> Origin:
         """Where the event raised in `frame` comes from (see Origin)."""
         if self.armed is None or frame is None:
@@ -272,13 +255,15 @@ class Hook:
         immediate = self.kind(frame)
         module = (_stdlib_module(name) or "") if immediate == "stdlib" else ""
         caller = self.kind(frame.f_back)
-        nearest, f = "none", frame
+        nearest, entry, f = "none", "", frame
         while f is not None:
             k = self.kind(f)
             if nearest == "none" and k != "stdlib":
                 nearest = k
             if k == "candidate":
-                return Origin(True, immediate, caller, nearest, module)
+                return Origin(True, immediate, caller, nearest, module, entry)
+            if k != "stdlib":
+                entry = f.f_code.co_filename
             f = f.f_back
         return Origin(False, immediate, caller, nearest, module)
 
@@ -295,11 +280,12 @@ class Hook:
                 return True
             return audit_fs.bad_path(event, args, self.armed.scratch, self.proc_devs) is None
         if rule == "forbidden_import":
-            return o.nearest != "candidate"
-        if rule == "process_spawn":
-            return o.nearest in self.armed.allow_spawn_from  # Triton running ptxas / a compiler
-        if rule == "native_code":
-            return o.nearest in ("triton", "library")  # torch/triton loading their own libraries
+            return import_guard.new_import_allowed(self, args, o)
+        builder = import_guard.builder_entry(o.entry, self.armed.backend)  # called directly
+        if rule == "process_spawn":  # Triton running ptxas / a compiler for a launch
+            return o.nearest in self.armed.allow_spawn_from and not builder
+        if rule == "native_code":  # torch/triton loading their own libraries
+            return o.nearest in ("triton", "library") and not builder
         return False  # network, signals, threads: never on behalf of the candidate
 
     # -- the hook ----------------------------------------------------------------------------
@@ -356,7 +342,8 @@ class Hook:
 def _trip(hook: Hook, args: tuple, frame: Any) -> None:
     key, box = args
     trip = hook.trips[key]
-    if trip.rule and hook.armed is not None and not STATE.in_launch:  # "": never trips
+    live = trip.in_launch or not STATE.in_launch
+    if trip.rule and hook.armed is not None and live:  # "": never trips
         with hook.quiet():
             caller = frame.f_back
             on_stack = trip.always and hook.origin(caller).on_stack
@@ -383,17 +370,9 @@ def _open(hook: Hook, args: tuple, frame: Any) -> None:
     box.extend((hook.real_open, resolved))
 
 
-def _import(hook: Hook, args: tuple, frame: Any) -> None:
-    _key, name, level, box = args
-    if level or str(name).split(".")[0] in RUNTIME_FORBIDDEN:
-        what = "relative import" if level else f"import of {name}"
-        violation("forbidden_import", f"{what} by the candidate")
-        raise ImportError(f"blocked by the evaluation sandbox: {what} is not allowed")
-    box.append(hook.real_import)
-
-
 _BUILTIN: dict[str, Handler] = {
     "tritonforge.trip": _trip,
     "tritonforge.open": _open,
-    "tritonforge.import": _import,
+    "tritonforge.import": import_guard.guarded_import,
+    "tritonforge.load": import_guard.load,
 }

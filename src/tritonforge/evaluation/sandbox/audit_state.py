@@ -28,11 +28,11 @@ class Armed:
     scratch: str
     allow_spawn_from: tuple[str, ...] = ("triton",)
     strict: bool = True  # strict mode: host reads during forward are blocked, not just recorded
+    backend: str = "triton"  # the import allowlist differs by backend (import_policy.py)
 
     def fingerprint(self) -> str:
-        return (
-            f"{self.candidate_path}|{self.scratch}|{','.join(self.allow_spawn_from)}|{self.strict}"
-        )
+        spawn = ",".join(self.allow_spawn_from)
+        return f"{self.candidate_path}|{self.scratch}|{spawn}|{self.strict}|{self.backend}"
 
 
 @dataclass

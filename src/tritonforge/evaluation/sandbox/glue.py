@@ -15,7 +15,7 @@ accepts, so it needs a test.
 
 from __future__ import annotations
 
-import hashlib
+from tritonforge.evaluation.sandbox.captured import sha256
 
 # allocations whose content is undefined: a launch's snapshot may poison them (audit_launch)
 UNINITIALISED = frozenset(
@@ -161,4 +161,4 @@ def classify_op(name: str) -> str:
 
 def glue_digest(glue: frozenset[str] = GLUE) -> str:
     """A short digest of the allowlist: the worker reports its own, the judge compares."""
-    return hashlib.sha256(",".join(sorted(glue)).encode()).hexdigest()[:16]
+    return sha256(",".join(sorted(glue)).encode()).hexdigest()[:16]

@@ -2,6 +2,8 @@
 
 Covers: `PREIMPORTABLE`, the Inductor *runtime* modules a candidate may use (launch-grid and
 autotuning helpers, the kernel-side `triton_helpers`, hints, the `extern_kernels` namespace);
+`RUNTIME`, the names a candidate may take from each (read by judge/inductor_rules.py and by the
+import allowlist, import_policy.py, in the worker);
 `prepare(modules)`, which the worker calls before the audit is armed: it imports those modules
 in trusted context (their import reads caches and configuration files that the candidate itself
 may not touch) and restores the classic `grid(*numels)` helper where the installed PyTorch no
@@ -25,6 +27,51 @@ PREIMPORTABLE = (
     "torch._inductor.runtime.hints",
     "torch._inductor.select_algorithm",
 )
+
+ANY = None  # every public name of the module, except those in MODULE_NAMES
+# Names of modules these helper modules import: reaching them through a helper module would
+# lead back to torch (and its compiler) or the process. tests/unit/test_inductor_rules.py checks
+# the installed PyTorch adds none that is missing here.
+MODULE_NAMES = frozenset(
+    {"torch", "os", "sys", "builtins", "importlib", "inspect", "subprocess", "threading"}
+    | {"autograd_profiler", "metrics", "knobs", "copy", "logging", "collections", "typing"}
+    | {"functools", "dataclasses", "enum", "hashlib", "itertools", "operator", "re", "time"}
+    | {"warnings", "triton_helpers", "config", "utils"}
+)
+# module path -> the names a candidate may take from it (ANY: all but MODULE_NAMES); the
+# static rules (judge/inductor_rules.py) and the import allowlist (import_policy.py) read it
+RUNTIME: dict[tuple[str, ...], frozenset[str] | None] = {
+    ("torch", "_inductor", "runtime", "triton_heuristics"): frozenset(
+        {
+            "grid",
+            "pointwise",
+            "reduction",
+            "persistent_reduction",
+            "split_scan",
+            "template",
+            "foreach",
+            "user_autotune",
+            "cooperative_reduction",
+            "grid_combo_kernels",
+            "start_graph",
+            "end_graph",
+        }
+    ),
+    ("torch", "_inductor", "runtime", "triton_helpers"): ANY,
+    ("torch", "_inductor", "runtime", "hints"): ANY,
+    ("torch", "_inductor", "select_algorithm"): frozenset({"extern_kernels"}),
+    ("torch", "_C", "_dynamo", "guards"): frozenset(
+        {
+            "assert_size_stride",
+            "assert_alignment",
+            "_empty_strided_cpu",
+            "_empty_strided_cuda",
+            "_empty_strided_xpu",
+            "_reinterpret_tensor",
+        }
+    ),
+    ("torch", "_C"): frozenset({"_cuda_getCurrentRawStream"}),
+}
 
 
 def _cdiv(n: int, block: int) -> int:

@@ -11,13 +11,13 @@ Does not cover: the protocol's layout (protocol.py) or the decisions (judge/deci
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import torch
 
 from tritonforge.evaluation.sandbox import audit, sealed
 from tritonforge.evaluation.sandbox.audit_launch import storage_key
+from tritonforge.evaluation.sandbox.captured import sha256
 from tritonforge.evaluation.sandbox.protocol import flatten_tensors, pack, pack_into
 
 _TB = torch._C.TensorBase
@@ -72,7 +72,7 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def signature_digest(lines: list[str]) -> str:
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+    return sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def facts(

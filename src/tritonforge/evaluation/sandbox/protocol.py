@@ -12,14 +12,10 @@ tensors are copied out of the mapping before use.
 
 from __future__ import annotations
 
-import array
-import fcntl
 import json
 import mmap
 import os
-import select
 import socket
-import struct
 import time
 import warnings
 from dataclasses import dataclass
@@ -27,11 +23,14 @@ from typing import Any
 
 import torch
 
+from tritonforge.evaluation.sandbox import captured as cap
+
 # Tensor functions from torch's immutable C base class, taken before any candidate code exists:
 # the worker packs a candidate's outputs with these (a patched torch.Tensor method never runs).
 _TB = torch._C.TensorBase
 _dtype_of = _TB.dtype.__get__
 _frombuffer = torch.frombuffer
+_uint8 = torch.uint8
 
 
 @dataclass(frozen=True)
@@ -95,27 +94,27 @@ class Deadline(ProtocolError):
 
 
 def send_msg(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None = None) -> None:
-    """Send one JSON object (and optional fds with its first byte)."""
-    body = json.dumps(obj, separators=(",", ":"), allow_nan=True).encode()
+    """Send one JSON object (and optional fds with its first byte). Every call here is one the
+    fork server captured before any candidate existed (captured.py)."""
+    body = cap.dumps(obj).encode()
     if len(body) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message of {len(body)} bytes exceeds {MAX_MESSAGE_BYTES}")
-    data = struct.pack("<I", len(body)) + body
+    data = cap.U32.pack(len(body)) + body
     if fds:
-        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
-        sent = sock.sendmsg([data[:1]], anc)
+        anc = [(cap.SOL_SOCKET, cap.SCM_RIGHTS, cap.IntArray("i", fds).tobytes())]
+        sent = cap.sendmsg(sock, [data[:1]], anc)
         data = data[sent:]
-    sock.sendall(data)
+    cap.sendall(sock, data)
 
 
-_POLL, _POLLIN = select.poll, select.POLLIN | select.POLLHUP | select.POLLERR
 
 
 def _readable(sock: socket.socket, timeout: float | None) -> bool:
     """Whether `sock` has data (or an end) within `timeout` seconds (None: wait). poll, not
     select: select() refuses descriptors numbered 1024 and above, which a judge holding many
     cached cases' memfds reaches."""
-    p = _POLL()
-    p.register(sock.fileno(), _POLLIN)
+    p = cap.poll()
+    p.register(sock.fileno(), cap.POLL_READABLE)
     return bool(p.poll(None if timeout is None else max(0, int(timeout * 1000 + 0.999))))
 
 
@@ -131,14 +130,14 @@ class Reader:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not _readable(self.sock, timeout):
             raise Deadline("deadline passed while waiting for a message")
-        fd_size = array.array("i").itemsize * MAX_FDS
+        fd_size = cap.IntArray("i").itemsize * MAX_FDS
         try:
-            data, anc, _flags, _addr = self.sock.recvmsg(1 << 20, socket.CMSG_SPACE(fd_size))
+            data, anc, _flags, _addr = cap.recvmsg(self.sock, 1 << 20, cap.CMSG_SPACE(fd_size))
         except ConnectionResetError as exc:
             raise PeerClosed("connection reset") from exc
         for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                got = array.array("i")
+            if level == cap.SOL_SOCKET and kind == cap.SCM_RIGHTS:
+                got = cap.IntArray("i")
                 got.frombytes(payload[: len(payload) - (len(payload) % got.itemsize)])
                 self.fds.extend(got.tolist())
         if len(self.fds) > 4 * MAX_FDS:
@@ -154,7 +153,7 @@ class Reader:
         """Next message and the fds that arrived with it (caller owns and closes the fds)."""
         while len(self.buf) < 4:
             self._fill(deadline)
-        (size,) = struct.unpack("<I", self.buf[:4])
+        (size,) = cap.U32.unpack_from(self.buf, 0)
         if size > MAX_MESSAGE_BYTES:
             raise ProtocolError(f"peer announced a {size}-byte message")
         while len(self.buf) < 4 + size:
@@ -163,8 +162,8 @@ class Reader:
         del self.buf[: 4 + size]
         fds, self.fds = self.fds, []
         try:
-            obj = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+            obj = cap.loads(body.decode())
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             for fd in fds:
                 os.close(fd)
             raise ProtocolError(f"peer sent invalid JSON: {exc}") from None
@@ -276,7 +275,7 @@ def _write(dest: torch.Tensor, sources: list[torch.Tensor], metas: list[dict[str
         if meta["nbytes"]:
             part = _TB.__getitem__(dest, slice(meta["offset"], meta["offset"] + meta["nbytes"]))
             flat = _TB.view(h, -1) if _TB.dim(h) else _TB.reshape(h, (1,))
-            _TB.copy_(part, _TB.view(flat, torch.uint8))
+            _TB.copy_(part, _TB.view(flat, _uint8))
 
 
 def pack(value: Any, seal: bool = True) -> tuple[dict[str, Any], int]:
@@ -287,19 +286,15 @@ def pack(value: Any, seal: bool = True) -> tuple[dict[str, Any], int]:
     into the shared mapping (one device-to-host copy, no staging buffer).
     """
     tree, sources, metas, offset = _layout(value)
-    fd = os.memfd_create("tf-values", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, max(offset, 1))
+    fd = cap.memfd_create("tf-values", cap.MFD_FLAGS)
+    cap.ftruncate(fd, max(offset, 1))
     if offset:
-        with mmap.mmap(fd, offset, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as mm:
-            view = _frombuffer(mm, dtype=torch.uint8, count=offset)
+        with cap.Mmap(fd, offset, cap.MAP_SHARED, cap.PROT_RW) as mm:
+            view = _frombuffer(mm, dtype=_uint8, count=offset)
             _write(view, sources, metas)
             del view
     if seal:
-        fcntl.fcntl(
-            fd,
-            fcntl.F_ADD_SEALS,
-            fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL,
-        )
+        cap.fcntl_call(fd, cap.F_ADD_SEALS, cap.ALL_SEALS)
     return {"tree": tree, "tensors": metas, "size": offset}, fd
 
 

@@ -18,7 +18,6 @@ Does not cover: the decisions (audit.py, audit_hook.py).
 
 from __future__ import annotations
 
-import secrets
 import sys
 import types
 from contextlib import nullcontext
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 
 from tritonforge.evaluation.sandbox.audit_state import STATE
+from tritonforge.evaluation.sandbox.captured import token
 
 MAX_DEPTH = 6
 _TB = torch._C.TensorBase
@@ -125,7 +125,7 @@ def output_tree(value: Any, depth: int = 0) -> list[torch.Tensor]:
 
 
 def new_token() -> str:
-    STATE.token = secrets.token_hex(8)
+    STATE.token = token(8)
     return STATE.token
 
 

@@ -2,7 +2,7 @@
 
 Covers: stub factories for tripwires, the Triton launch entry points, @triton.autotune's
 benchmark, `os.open` (dir_fd resolution), thread starts (Python 3.11 has no audit event for
-them), the candidate's guarded `__import__`, and `Lineage`, the dispatch mode of output
+them), the candidate's guarded `__import__`, the import system's module loads, and `Lineage`, the dispatch mode of output
 provenance. A stub holds no audit state and no original function: it raises a
 `tritonforge.*` audit event with a fresh `box` list, and the audit hook (audit_hook.py), whose
 state nothing reachable refers to, records what it must, raises PermissionError to block, or
@@ -44,7 +44,7 @@ def launch_entry(key: int) -> Any:
     def run(self, *args, **kwargs):
         box: list[Any] = []
         _audit("tritonforge.launch", key, self, args, kwargs, box)
-        if len(box) == 1:  # light mode: counted, nothing to finish
+        if not box[1:]:  # light mode: counted, nothing to finish (no builtin looked up)
             return box[0](self, *args, **kwargs)
         ok = False
         try:
@@ -77,7 +77,7 @@ def runner_entry(key: int) -> Any:
     def runner(*args):
         box: list[Any] = []
         _audit("tritonforge.runner", key, args, box)
-        if len(box) == 1:  # light mode: counted, nothing to finish
+        if not box[1:]:  # light mode: counted, nothing to finish (no builtin looked up)
             return box[0](*args)
         ok = False
         try:
@@ -140,14 +140,27 @@ def os_open(key: int) -> Any:
 
 
 def guarded_import(key: int) -> Any:
-    """The candidate module's own `__import__` (forbidden and relative imports refused)."""
+    """The candidate module's own `__import__`: every import statement of the candidate, also of
+    a module already loaded, is checked against the allowlist (relative imports refused)."""
 
     def __import__(name, globals=None, locals=None, fromlist=(), level=0):
         box: list[Any] = []
-        _audit("tritonforge.import", key, name, level, box)
+        _audit("tritonforge.import", key, name, fromlist, level, box)
         return box[0](name, globals, locals, fromlist, level)
 
     return __import__
+
+
+def load_entry(key: int) -> Any:
+    """`importlib._bootstrap._find_and_load`: every new module load, whatever the route (import
+    statements, `importlib.import_module`, `__import__`); the hook decides (import_guard.py)."""
+
+    def _find_and_load(name, import_):
+        box: list[Any] = []
+        _audit("tritonforge.load", key, name, box)
+        return box[0](name, import_)
+
+    return _find_and_load
 
 
 def _dispatch(self, func, types, args=(), kwargs=None):
@@ -175,5 +188,6 @@ STUB_CODES = (
     memory_entry(0).__code__,
     os_open(0).__code__,
     guarded_import(0).__code__,
+    load_entry(0).__code__,
     _dispatch.__code__,
 )

@@ -10,10 +10,10 @@ Does not cover: the timing loop (timing_loop.py), the judge's side (judge/ref_ti
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
+from tritonforge.evaluation.sandbox import captured as cap
 from tritonforge.evaluation.sandbox.protocol import unpack_buffer
 
 
@@ -29,7 +29,7 @@ def timing_inputs(w: Any, key: str, msg: dict[str, Any], fds: list[int]) -> list
         ident = f"case:{msg['case']}"
     else:
         ident = (
-            f"{os.fstat(fds[0]).st_ino}:{json.dumps(msg['inputs'], sort_keys=True)}" if fds else ""
+            f"{cap.fstat(fds[0]).st_ino}:{cap.dumps(msg['inputs'], sort_keys=True)}" if fds else ""
         )
     held = w.timing_inputs.get(key)
     if ident and held is not None and held[0] == ident:

@@ -191,8 +191,9 @@ class Worker:
         why = seccomp.install()  # no new thread from here on (and no mknod, io_uring, ptrace...)
         if why:
             self.report.warnings.append(why)
-        allow = ("triton", "library") if msg.get("backend") == "cuda" else ("triton",)
-        audit.arm(self.path, scratch, allow, strict=self.mode == "strict")
+        backend = "cuda" if msg.get("backend") == "cuda" else "triton"
+        allow = ("triton", "library") if backend == "cuda" else ("triton",)
+        audit.arm(self.path, scratch, allow, strict=self.mode == "strict", backend=backend)
         sealed.seal()
         if self._import_candidate(msg, init_inputs):
             self.reply(

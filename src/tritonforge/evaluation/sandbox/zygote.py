@@ -34,9 +34,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tritonforge.evaluation.sandbox import cgroups, treewatch
-from tritonforge.evaluation.sandbox.numerics import exact_fp32
-from tritonforge.evaluation.sandbox.protocol import PeerClosed, ProtocolError, Reader, send_msg
+from tritonforge.evaluation.sandbox import captured
+
+captured.private_builtins()  # the worker's modules, imported from here on, keep their builtins
+from tritonforge.evaluation.sandbox import cgroups, treewatch  # noqa: E402
+from tritonforge.evaluation.sandbox.numerics import exact_fp32  # noqa: E402
+from tritonforge.evaluation.sandbox.protocol import (  # noqa: E402
+    PeerClosed,
+    ProtocolError,
+    Reader,
+    send_msg,
+)
 
 RSS_POLL_S = 0.2
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
