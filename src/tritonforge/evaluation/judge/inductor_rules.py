@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tritonforge.evaluation.sandbox.inductor_compat import ANY, MODULE_NAMES, PREIMPORTABLE, RUNTIME
+from tritonforge.evaluation.sandbox.inductor_names import ANY, MODULE_NAMES, PREIMPORTABLE, RUNTIME
 
 __all__ = ["ANY", "MODULE_NAMES", "RUNTIME", "allowed", "outside", "preimports"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from tritonforge.evaluation.sandbox.inductor_compat import ANY, MODULE_NAMES, PREIMPORTABLE, RUNTIME
+from tritonforge.evaluation.sandbox.inductor_names import ANY, MODULE_NAMES, PREIMPORTABLE, RUNTIME
 
 # module -> True: its submodules too; False: that module only
 ALLOWED: dict[str, bool] = {

@@ -107,8 +107,6 @@ def send_msg(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None = N
     cap.sendall(sock, data)
 
 
-
-
 def _readable(sock: socket.socket, timeout: float | None) -> bool:
     """Whether `sock` has data (or an end) within `timeout` seconds (None: wait). poll, not
     select: select() refuses descriptors numbered 1024 and above, which a judge holding many
