@@ -202,3 +202,15 @@ def test_guarded_imports_and_triton_host_helpers_in_constants() -> None:
     bad = src.replace("except ImportError:", "except ImportError:\n    import os")
     with pytest.raises(KernelRefused):  # the block holds a forbidden import: not kept
         kernel_module(bad)
+
+
+def test_members_triton_values_set_in_init_are_usable() -> None:
+    """A pointer's element_ty and a block's shape are instance attributes (not in dir() of their
+    classes): matmul kernels read `a_ptr.dtype.element_ty` to pick their accumulator."""
+    body = """
+offs = tl.arange(0, BLOCK)
+x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+y = x.to(x_ptr.dtype.element_ty)
+tl.store(x_ptr + offs, y, mask=offs < n)
+"""
+    assert kernel_module(_kernel(body)).names == ["k"]

@@ -341,6 +341,10 @@ def _value_members() -> frozenset[str]:
 
     kinds = [tl.tensor, tl.constexpr, tl.dtype, tl.pointer_type, tl.block_type]
     names = {n for k in kinds for n in dir(k) if not n.startswith("_")}
+    # and what instances set in __init__ (a pointer's element_ty, a block's shape, ...)
+    samples = [tl.tensor(None, tl.float32), tl.constexpr(1), tl.float32,
+               tl.pointer_type(tl.float32), tl.block_type(tl.float32, [2])]  # fmt: skip
+    names |= {n for x in samples for n in vars(x) if not n.startswith("_")}
     return frozenset(names - INTERPRETER_INTERNALS)
 
 
