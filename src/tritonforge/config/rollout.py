@@ -42,6 +42,11 @@ class EvalBackendConfig(Section):
     token: str | None = Field(None, description="http: bearer token (or TRITONFORGE_EVAL_TOKEN)")
     concurrency: int = Field(2, ge=1, description="evaluations in flight")
     timeout_s: float = Field(900.0, gt=0, description="http: one evaluation request")
+    group_timing: bool = Field(
+        True,
+        description="evaluations of one problem asked for together (a GRPO group's samples) "
+        "are judged as one group: their timings one round-robin against one reference",
+    )
     cache: bool = Field(
         False,
         description="judge each distinct program once per run (untimed verdicts only; "

@@ -27,7 +27,8 @@ log = get_logger(__name__)
 
 
 def build_eval_backend(cfg: EvalBackendConfig) -> EvalBackend:
-    """The configured backend, behind a verdict memo when `cfg.cache`."""
+    """The configured backend: concurrent evaluations of one problem judged as a group when
+    `cfg.group_timing` (rollout/group_eval.py), behind a verdict memo when `cfg.cache`."""
     backend: EvalBackend
     if cfg.type == "http":
         from tritonforge.evaluation.service.client import EvalClient
@@ -38,6 +39,10 @@ def build_eval_backend(cfg: EvalBackendConfig) -> EvalBackend:
         from tritonforge.evaluation.judge.evaluator import Evaluator, LocalBackend
 
         backend = LocalBackend(Evaluator(cfg.settings), concurrency=cfg.concurrency)
+    if cfg.group_timing:
+        from tritonforge.rollout.group_eval import GroupedBackend
+
+        backend = GroupedBackend(backend)
     if cfg.cache:
         from tritonforge.rollout.verdict_cache import CachedBackend
 

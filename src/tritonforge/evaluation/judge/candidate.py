@@ -65,6 +65,7 @@ class CandidateRun:
     replayer: CandidateRun | None = None  # the trusted replayer, once the replay passed
     recipe: Any = None  # a replayer's: the parsed recipe it runs (recipe_format.Recipe)
     scratch: str | None = None  # a replayer's private scratch directory (rlimits sandbox)
+    timing_member: Any = None  # group_timing.Member when judged with its group
 
     def call(
         self,

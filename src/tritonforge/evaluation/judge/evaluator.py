@@ -25,6 +25,8 @@ import shutil
 import threading
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -50,6 +52,7 @@ from tritonforge.evaluation.judge.decide import (
 from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.gpu_timing import time_candidate
+from tritonforge.evaluation.judge.group_timing import TimingGroup
 from tritonforge.evaluation.judge.notes import explain
 from tritonforge.evaluation.judge.reference import (
     INIT_SEED,
@@ -112,6 +115,7 @@ class Evaluator:
         self.sandbox_warnings: list[str] = []
         self.transport_stats: Counter[str] = Counter()  # "shared" or "memfd: <why>" per worker
         self.retries: Counter[str] = Counter()  # "worker_oom" / "judge_oom": judged again alone
+        self._local = threading.local()  # .group: the TimingGroup of an evaluate_group thread
 
     # -- resources -------------------------------------------------------------------------
     def resources(self, device: str) -> DeviceResources:
@@ -172,10 +176,42 @@ class Evaluator:
         return int(h[:12], 16)
 
     # -- evaluation --------------------------------------------------------------------------
+    def evaluate_group(
+        self,
+        problem: Problem,
+        sources: list[str | None],
+        settings: EvalSettings | None = None,
+        group: TimingGroup | None = None,
+        workers: int | None = None,
+    ) -> list[Verdict]:
+        """Judge several candidates of one problem (a GRPO group) side by side, their timings
+        in one interleaved round-robin against one reference (group_timing.py; `group`: to see
+        its batches), at most `workers` at a time (default: all). Verdicts in the order of
+        `sources`. Never raises."""
+        group = group if group is not None else TimingGroup()
+
+        def one(source: str | None) -> Verdict:
+            return self.evaluate(problem, source, settings, group=group)
+
+        threads = max(1, min(len(sources), workers or len(sources)))
+        with ThreadPoolExecutor(threads, thread_name_prefix="tf-group") as pool:
+            return list(pool.map(one, sources))
+
     def evaluate(
-        self, problem: Problem, source: str | None, settings: EvalSettings | None = None
+        self,
+        problem: Problem,
+        source: str | None,
+        settings: EvalSettings | None = None,
+        group: TimingGroup | None = None,
     ) -> Verdict:
-        """Judge `source` against `problem`. Never raises; always a Verdict."""
+        """Judge `source` against `problem`; with `group`, timed together with the group's other
+        members (group_timing.py). Never raises; always a Verdict."""
+        if group is not None:
+            self._local.group = group
+            try:
+                return self.evaluate(problem, source, settings)
+            finally:
+                self._local.group = None
         s = settings or self.settings
         t0 = time.monotonic()
         verdict, retry = self._attempt(problem, source, s, alone=False)
@@ -275,7 +311,11 @@ class Evaluator:
         res = self.resources(device)
         plan = self._plan(problem, source or "", s)
         try:
-            with res.admitted(ref, lambda: self.case(judge, ref, *plan[0]), alone) as grant:
+            group = None if alone else getattr(self._local, "group", None)
+            with (
+                res.admitted(ref, lambda: self.case(judge, ref, *plan[0]), alone) as grant,
+                group.member() if group is not None else nullcontext() as member,
+            ):
                 v, oom = self._admitted(
                     problem,
                     source or "",
@@ -286,6 +326,7 @@ class Evaluator:
                     grant.waited,
                     static.preimports,
                     judge,
+                    member,
                 )
                 return v, oom and grant.crowded  # alone, the candidate's own doing: no retry
         except DoesNotFit as exc:
@@ -309,6 +350,7 @@ class Evaluator:
         waited: float,
         preimports: list[str] | None = None,
         judge: defaultdict[str, float] | None = None,
+        member: Any = None,
     ) -> tuple[Verdict, bool]:
         """The evaluation proper, with the device memory it needs reserved. `judge`: phases of
         the judge's own work so far (reference load, the first case when it measured the
@@ -328,6 +370,7 @@ class Evaluator:
         session.transport = Transport(device, s.transport)
         phases["spawn"] = time.monotonic() - t
         run = CandidateRun(problem, source, s, device, session, ref, phases)
+        run.timing_member = member  # group_timing.Member: timed with the rest of its group
         run.preimports = list(preimports or [])
         try:
             v = self._run(run, plan)
@@ -579,7 +622,7 @@ class Evaluator:
             if v.status is not Status.CORRECT:
                 return v
         if s.measure_performance and (run.device != "cpu" or s.time_on_cpu):
-            time_candidate(self, run, v)
+            time_candidate(self, run, v, run.timing_member)
         return v
 
     def _replayed_share(self, run: CandidateRun, v: Verdict, first: tuple[int, str]) -> None:
@@ -605,6 +648,7 @@ class LocalBackend:
 
     def __init__(self, evaluator: Evaluator | None = None, concurrency: int = 2):
         self.evaluator = evaluator or Evaluator()
+        self.concurrency = concurrency
         self._sem = asyncio.Semaphore(concurrency)
 
     async def evaluate(
@@ -612,6 +656,15 @@ class LocalBackend:
     ) -> Verdict:
         async with self._sem:
             return await asyncio.to_thread(self.evaluator.evaluate, problem, source, settings)
+
+    async def evaluate_group(
+        self, problem: Problem, sources: list[str], settings: EvalSettings | None = None
+    ) -> list[Verdict]:
+        """Several candidates of one problem judged as a group (their timings together),
+        `concurrency` of them at a time: those not yet started are timed later."""
+        return await asyncio.to_thread(
+            self.evaluator.evaluate_group, problem, sources, settings, None, self.concurrency
+        )
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.evaluator.close)

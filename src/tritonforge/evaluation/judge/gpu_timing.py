@@ -20,6 +20,7 @@ Does not cover: the timing loop (sandbox/timing_loop.py), statistics (timing.py)
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -67,9 +68,11 @@ class Rounds:
     asked: int = 0  # timed trials per side asked for (long calls get fewer: perf_round_ms)
 
 
-def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
+def time_candidate(ev: Any, run: CandidateRun, v: Verdict, group: Any = None) -> None:
     """Time a correct candidate and fill `v` (timings, speedups and their intervals); a timing
-    rule or the post-timing re-check can still turn `v` into a reward hack."""
+    rule or the post-timing re-check can still turn `v` into a reward hack. With a `group`
+    (group_timing.TimingGroup: candidates of one problem judged together), its timing is one
+    interleaved round-robin with the other members ready at the same time."""
     problem, ref, s = run.problem, run.ref, run.settings
     progress.debug(
         "timing: %d rounds against the reference (device's timing process)", s.perf_rounds
@@ -77,17 +80,12 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
     case = ev.case(run.phases, ref, ev.seed(problem, 1000), "native")
     res = ev.resources(run.device)
     t = time.monotonic()
-    rounds = None
-    for attempt in (1, 2):
-        try:
-            rounds = _timed_rounds(res, run, case, t + s.budgets.timing_s)
-            break
-        except TimerDied as exc:
-            v.notes.append(f"timing attempt {attempt}: {exc}; timing process restarted")
-        except ReferenceUnusable as exc:
-            raise Stop(_judge_fault(f"the reference could not be timed: {exc}")) from None
-    if rounds is None:
-        raise Stop(_judge_fault("the reference timing process died twice; not timed"))
+    if group is not None:
+        rounds = group.time(run, functools.partial(timed_together, res, case=case, t0=t))
+    else:
+        rounds = timed_together(res, [run], case, t)[0]
+    if isinstance(rounds, Stop):
+        raise rounds
     run.phases["timing"] = time.monotonic() - t
     _fill(v, rounds, s.bootstrap_samples)
     nbytes = case_bytes(case)
@@ -98,58 +96,112 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict) -> None:
     run.phases["recheck"] = time.monotonic() - t
 
 
+def timed_together(
+    res: Any, runs: list[CandidateRun], case: Case, t0: float
+) -> list[Rounds | Stop]:
+    """The timing of `runs` (candidates of one problem, each in its replayer) against one
+    reference, in interleaved rounds; a timing process that dies is restarted and the timing
+    tried once more. Per run its Rounds, or the Stop that ended it."""
+    deadline = t0 + max(r.settings.budgets.timing_s for r in runs)
+    for attempt in (1, 2):
+        try:
+            return _timed_rounds(res, runs, case, deadline)
+        except TimerDied as exc:
+            for r in runs:
+                r.notes.append(f"timing attempt {attempt}: {exc}; timing process restarted")
+        except ReferenceUnusable as exc:
+            return [Stop(_judge_fault(f"the reference could not be timed: {exc}"))] * len(runs)
+    return [Stop(_judge_fault("the reference timing process died twice; not timed"))] * len(runs)
+
+
 def _judge_fault(message: str) -> Verdict:
     return Verdict(status=Status.JUDGE_FAULT, phase="timing", message=message)
 
 
-def _timed_rounds(res: Any, run: CandidateRun, case: Case, deadline: float) -> Rounds:
-    s = run.settings
+def _timed_rounds(
+    res: Any, runs: list[CandidateRun], case: Case, deadline: float
+) -> list[Rounds | Stop]:
+    s = runs[0].settings
     timer: RefTimer = res.timer
     left = max(0.1, deadline - time.monotonic())
     with res.gate.shared() as waited:  # loading and first calls are not timed work
-        run.waited += waited
         t = time.monotonic()
-        key = timer.prepare(run.ref, case, s.compile_baseline, left, run.phases)
-        run.phases["timer_load"] += time.monotonic() - t
+        key = timer.prepare(runs[0].ref, case, s.compile_baseline, left, runs[0].phases)
+        for r in runs:
+            r.waited += waited
+            r.phases["timer_load"] += time.monotonic() - t
     try:  # pinned: no other evaluation's prepare evicts it before it is timed
-        return _rounds(res, run, case, deadline, key)
+        return _rounds(res, runs, case, deadline, key)
     finally:
         timer.release(key)
 
 
-def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) -> Rounds:
-    """The alternating timed rounds of the candidate and the loaded reference `key`."""
-    s = run.settings
+def _rounds(
+    res: Any, runs: list[CandidateRun], case: Case, deadline: float, key: str
+) -> list[Rounds | Stop]:
+    """The alternating timed rounds of the candidates and the loaded reference `key`: per round
+    each side once, in an order reversed every other round and rotated among the candidates;
+    the reference's (and compiled reference's) samples are shared by every candidate. A
+    candidate whose round fails leaves the rounds with its Stop."""
+    s = runs[0].settings
     timer: RefTimer = res.timer
     per_round = max(2, s.perf_trials // s.perf_rounds)
-    out = Rounds(asked=per_round * s.perf_rounds - 1)
-    with res.gate.exclusive() as waited, _on(run.device):
-        run.waited += waited
+    shared = Rounds(asked=per_round * s.perf_rounds - 1)
+    outs: list[Rounds | Stop] = [
+        Rounds(asked=shared.asked, base=shared.base, comp=shared.comp, base_host=shared.base_host,
+               comp_host=shared.comp_host)
+        for _ in runs
+    ]  # fmt: skip
+    with res.gate.exclusive() as waited, _on(runs[0].device):
         deadline += waited
         t = time.monotonic()
         for r in range(s.perf_rounds):
             warm, skip = (s.perf_warmup, 1) if r == 0 else (1, 0)
-            sides = ["cand", "base"] + (["comp"] if s.compile_baseline else [])
+            live = [i for i, o in enumerate(outs) if isinstance(o, Rounds)]
+            if not live:
+                break
+            turn = live[r % len(live) :] + live[: r % len(live)]
+            sides: list[Any] = [*turn, "base"] + (["comp"] if s.compile_baseline else [])
             for side in sides if r % 2 == 0 else sides[::-1]:
                 budget = max(0.1, deadline - time.monotonic())
                 t_req = time.monotonic()
-                if side == "cand":
-                    reply = _candidate_round(run, case, warm, per_round, budget)
-                    out.launches += list(reply.launches[skip:])
-                    out.signatures += list(reply.signatures[:per_round])
-                else:
+                if side in ("base", "comp"):
                     reply = _timer_reply(timer.time(
                         key, side == "comp", case, (warm, per_round, s.perf_round_ms),
                         s.timing_clock, budget,
                     ))  # fmt: skip
+                    for i in live:
+                        _round_phases(runs[i].phases, time.monotonic() - t_req, reply)
+                    _record(shared, side, reply, skip)
+                    for i in live:
+                        if isinstance(outs[i], Rounds):
+                            outs[i].clocks.add(reply.clock)
+                            if reply.exposed > 0:
+                                outs[i].exposed[side] = outs[i].exposed.get(side, 0) + reply.exposed
+                    continue
+                run = runs[side]
+                try:
+                    reply = _candidate_round(run, case, warm, per_round, budget)
+                except Stop as stop:
+                    outs[side] = stop
+                    continue
                 _round_phases(run.phases, time.monotonic() - t_req, reply)
-                getattr(out, side).extend(reply.times_ms[skip:])
-                getattr(out, f"{side}_host").extend(reply.host_ms[skip:])
-                out.clocks.add(reply.clock)
-                if reply.exposed > 0:
-                    out.exposed[side] = out.exposed.get(side, 0) + reply.exposed
-        run.phases["timed_rounds"] += time.monotonic() - t
-    return out
+                out = outs[side]
+                out.launches += list(reply.launches[skip:])
+                out.signatures += list(reply.signatures[:per_round])
+                _record(out, "cand", reply, skip)
+        for run in runs:
+            run.waited += waited
+            run.phases["timed_rounds"] += time.monotonic() - t
+    return outs
+
+
+def _record(out: Rounds, side: str, reply: TimeReply, skip: int) -> None:
+    getattr(out, side).extend(reply.times_ms[skip:])
+    getattr(out, f"{side}_host").extend(reply.host_ms[skip:])
+    out.clocks.add(reply.clock)
+    if reply.exposed > 0 and side == "cand":
+        out.exposed[side] = out.exposed.get(side, 0) + reply.exposed
 
 
 def _timer_reply(raw: dict[str, Any]) -> TimeReply:

@@ -102,6 +102,26 @@ class EvalClient:
         payload: dict[str, Any] = {"problem": problem.model_dump(mode="json"), "source": source}
         return await self._eval(payload, problem.id, settings)
 
+    async def evaluate_group(
+        self, problem: Problem, sources: list[str], settings: EvalSettings | None = None
+    ) -> list[Verdict]:
+        """Several candidates of one problem as one `/v1/eval/batch`: the server times them
+        together (its group timing). Always one verdict per source."""
+        extra: dict[str, Any] = {}
+        if settings is not None:
+            extra["settings"] = settings.model_dump(mode="json", exclude=SERVER_SIDE_SETTINGS)
+        if self.deadline_s is not None:
+            extra["deadline_s"] = self.deadline_s
+        problem_json = problem.model_dump(mode="json")
+        payload = [{"problem": problem_json, "source": src, **extra} for src in sources]
+        body, error = await self.request("POST", "/v1/eval/batch", payload)
+        if error is None and isinstance(body, list) and len(body) == len(sources):
+            try:
+                return [Verdict.model_validate(b) for b in body]
+            except ValidationError as exc:
+                error = f"the server's answer is not a list of verdicts: {exc}"
+        return [_error_verdict(problem.id, error or "no verdicts") for _ in sources]
+
     async def evaluate_by_id(
         self,
         suite: str,

@@ -28,7 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tritonforge.config.eval import PRESETS, EvalSettings, preset_for_server
 from tritonforge.config.server import ServerConfig
 from tritonforge.evaluation.service.compat import KernelBenchRequest, to_kernel_exec_result
-from tritonforge.evaluation.service.service import EvalService, Job, QueueFull, Unavailable
+from tritonforge.evaluation.service.service import (
+    EvalService,
+    Job,
+    QueueFull,
+    Unavailable,
+    group_jobs,
+)
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Problem, Verdict
 
@@ -316,6 +322,7 @@ def create_app(cfg: ServerConfig, service: EvalService | None = None) -> FastAPI
         jobs = [
             await make_job(parse_model(EvalRequest, it, f"[{i}].")) for i, it in enumerate(items)
         ]
+        group_jobs(jobs)  # a batch of one problem (a GRPO group) is timed in one round-robin
         svc.admit(sum(svc.cache.get(svc.cache_key(j)) is None for j in jobs))
         verdicts = await _unless_gone(
             request, asyncio.gather(*(svc.evaluate(j, admitted=True) for j in jobs))

@@ -23,6 +23,7 @@ from typing import Any
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.config.server import ServerConfig
+from tritonforge.evaluation.judge.group_timing import TimingGroup
 from tritonforge.evaluation.service.metrics import ServiceMetrics
 from tritonforge.evaluation.service.state import (
     DeviceState,
@@ -64,6 +65,21 @@ class Job:
     settings: EvalSettings
     deadline: float  # time.monotonic() by which an answer is due
     preferred: int | None = None  # preferred device index (a hint)
+    group: Any = None  # group_timing.TimingGroup: timed with the other jobs of its batch
+
+
+def group_jobs(jobs: list[Job]) -> None:
+    """Jobs of one problem under the same settings share a TimingGroup (their timings become one
+    interleaved round-robin against one reference: judge/group_timing.py)."""
+    if len(jobs) < 2:
+        return
+    first = jobs[0]
+    key = first.settings.cache_key()
+    if all(j.problem.id == first.problem.id and j.problem.reference_src == first.problem.reference_src
+           and j.settings.cache_key() == key for j in jobs):  # fmt: skip
+        group = TimingGroup()
+        for j in jobs:
+            j.group = group
 
 
 @dataclass
@@ -281,13 +297,17 @@ class EvalService:
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
         verdict = await loop.run_in_executor(
-            self._pool, self._judge, job.problem, job.source, settings
+            self._pool, self._judge, job.problem, job.source, settings, job.group
         )
         self._observe(device, verdict, time.monotonic() - t0)
         return verdict
 
-    def _judge(self, problem: Problem, source: str, settings: EvalSettings) -> Verdict:
+    def _judge(
+        self, problem: Problem, source: str, settings: EvalSettings, group: Any = None
+    ) -> Verdict:
         try:
+            if group is not None:
+                return self.evaluator.evaluate(problem, source, settings, group=group)
             return self.evaluator.evaluate(problem, source, settings)
         except Exception as exc:  # the judge promises not to raise; do not rely on it
             log.exception("judge raised on %s", problem.id)
