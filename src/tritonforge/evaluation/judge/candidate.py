@@ -22,6 +22,7 @@ from typing import Any
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.admission import JudgeOutOfMemory, gib
 from tritonforge.evaluation.judge.budget import LoadAwareBudget, Starved
+from tritonforge.evaluation.judge.constant import OutputTrace
 from tritonforge.evaluation.judge.device_gate import gate
 from tritonforge.evaluation.judge.reference import Reference
 from tritonforge.evaluation.judge.session import Session, describe_exit
@@ -61,6 +62,7 @@ class CandidateRun:
     waited_s: float = 0.0  # time the worker waited for a CPU, summed over requests
     device_oom: bool = False  # a request failed for lack of device memory
     waited: float = 0.0  # seconds spent waiting for the device's gate (not the candidate's time)
+    trace: OutputTrace = field(default_factory=OutputTrace)  # outputs' fingerprints per trial
 
     def call(
         self,
