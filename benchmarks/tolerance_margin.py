@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -69,6 +70,12 @@ def _margin(e: torch.Tensor, g: torch.Tensor, tol: float, rule: str, noise: floa
     return float(ratio.max())
 
 
+def _clean(text: str) -> str:
+    """An error message without this machine's paths (committed files name none)."""
+    text = text.replace(str(ROOT), ".")
+    return re.sub(r"/\S*/(site-packages|dist-packages)/", r"\1/", text)
+
+
 def _items(v: Any) -> list[Any]:
     return list(v) if isinstance(v, (list, tuple)) else [v]
 
@@ -95,7 +102,7 @@ def measure(name: str, problem: Problem, source: str, args: Any, store: Any) -> 
             try:
                 got = run_case(source, problem, ref, case.inputs, args.device)
             except Exception as exc:  # a candidate that fails to run is reported, not raised
-                row["errors"].append(f"{dist}/{seed}: {type(exc).__name__}: {exc}"[:300])
+                row["errors"].append(_clean(f"{dist}/{seed}: {type(exc).__name__}: {exc}")[:300])
                 continue
             for k, (e, g) in enumerate(zip(_items(case.expected), _items(got))):
                 if not isinstance(e, torch.Tensor):
