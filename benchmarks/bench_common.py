@@ -1,10 +1,13 @@
-"""Helpers shared by the GPU calibration benchmarks (kernelbench_self.py, timing_consistency.py).
+"""Helpers shared by the GPU calibration benchmarks (kernelbench_self.py, timing_consistency.py,
+field_honest.py, parallel_cli.py, eval_server.py).
 
 Covers: `ResultFile` (a JSON result written atomically after every row, resumable: rows already
 in the file are skipped on the next call, session walls add up), `judge_all` (a bounded pool of
 evaluation threads that stops submitting at a time box, so a time-limited call keeps what it
 finished), `DevicePeak` (device-wide memory in use, sampled: every process on the GPU), the
-KernelBench problem list, and the environment record. Not a library: benchmarks only.
+KernelBench problem list, the environment record, and `serve_eval` (a `tritonforge serve-eval`
+subprocess on a free loopback port, stopped by SIGTERM to its pid). Not a library: benchmarks
+only.
 """
 
 from __future__ import annotations
@@ -12,11 +15,15 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -233,3 +240,65 @@ def percentile(xs: list[float], q: float, digits: int | None = None) -> float | 
     ys = sorted(xs)
     v = ys[min(len(ys) - 1, max(0, round(q * (len(ys) - 1))))]
     return v if digits is None else round(v, digits)
+
+
+def child_env() -> dict[str, str]:
+    """This environment with the repository's src first on PYTHONPATH (for child processes)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def start_service(
+    device: str, workers: int, log_path: Path, sets: Iterable[str] = ()
+) -> tuple[subprocess.Popen, str, float]:
+    """`tritonforge serve-eval` on a free loopback port: (process, url, start-up seconds)."""
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "tritonforge", "--log-level", "warning", "serve-eval",
+           "--host", "127.0.0.1", "--port", str(port), "--device", device,
+           "--workers", str(workers)]  # fmt: skip
+    for item in sets:
+        cmd += ["--set", item]
+    t0 = time.monotonic()
+    with open(log_path, "wb") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=child_env())
+    url = f"http://127.0.0.1:{port}"
+    while time.monotonic() - t0 < 300:
+        if proc.poll() is not None:
+            raise RuntimeError("server exited:\n" + log_path.read_text()[-3000:])
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url, time.monotonic() - t0
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server did not come up:\n" + log_path.read_text()[-3000:])
+
+
+def stop_service(proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    """SIGTERM to the server we started (by pid; it drains), SIGKILL after `timeout`."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def serve_eval(
+    device: str, workers: int, log_path: Path, sets: Iterable[str] = ()
+) -> Iterator[tuple[str, float]]:
+    """A running `serve-eval` for the block: yields (url, start-up seconds)."""
+    proc, url, startup_s = start_service(device, workers, log_path, sets)
+    try:
+        yield url, startup_s
+    finally:
+        stop_service(proc)

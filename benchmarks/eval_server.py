@@ -23,8 +23,6 @@ import asyncio
 import json
 import os
 import platform
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,8 +34,9 @@ from typing import Any
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx  # noqa: E402
+from bench_common import child_env, start_service, stop_service  # noqa: E402
 
 from tritonforge.evaluation.service.client import EvalClient  # noqa: E402
 from tritonforge.problems import load_suite  # noqa: E402
@@ -91,37 +90,8 @@ def _summary(latencies: list[float], total: float, statuses: list[str]) -> dict[
     }
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
-    return env
-
-
-# -- server ---------------------------------------------------------------------------------------
-
-
 def start_server(args: argparse.Namespace, log_path: Path) -> tuple[subprocess.Popen, str, float]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "tritonforge", "--log-level", "warning", "serve-eval",
-           "--host", "127.0.0.1", "--port", str(port), "--device", args.device,
-           "--workers", str(args.workers), "--set", f"queue_size={max(256, args.n)}"]  # fmt: skip
-    t0 = time.monotonic()
-    with open(log_path, "wb") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=_env())
-    url = f"http://127.0.0.1:{port}"
-    while time.monotonic() - t0 < 300:
-        if proc.poll() is not None:
-            raise RuntimeError("server exited:\n" + log_path.read_text()[-3000:])
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url, time.monotonic() - t0
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("server did not come up:\n" + log_path.read_text()[-3000:])
+    return start_service(args.device, args.workers, log_path, [f"queue_size={max(256, args.n)}"])
 
 
 async def run_server(url: str, items: list[tuple[Problem, str, str]], concurrency: int):
@@ -157,7 +127,7 @@ def run_baseline(args: argparse.Namespace, items: list[tuple[Problem, str, str]]
         cmd = [sys.executable, "-m", "tritonforge", "--log-level", "error", "eval-kernel",
                str(ref), str(cand), "--json", "--device", args.device]  # fmt: skip
         t = time.monotonic()
-        out = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=3600)
+        out = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=3600)
         dt = time.monotonic() - t
         try:
             status = json.loads(out.stdout.strip().splitlines()[-1])["status"]
@@ -187,11 +157,7 @@ def main() -> int:
     try:
         srv, srv_total, warm_s = asyncio.run(run_server(url, items, args.concurrency))
     finally:
-        proc.send_signal(signal.SIGTERM)  # the server we started, by PID
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_service(proc)  # the server we started, by PID
     result: dict[str, Any] = {
         "benchmark": "eval_server",
         "device": args.device,

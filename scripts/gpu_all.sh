@@ -9,7 +9,7 @@ mkdir -p "$R"
 source scripts/gpu_env.sh
 exec > >(tee -a "$OUT/log.txt") 2>&1
 # STEPS picks steps (default all): e.g. STEPS="suite gpu_tests" on a time-limited machine.
-STEPS=${STEPS:-suite overhead gpu_tests defenses train_step server kb_self timing}
+STEPS=${STEPS:-suite overhead gpu_tests defenses train_step server kb_self timing rl_loop_tests rl_loop}
 PYTEST="python3 -m pytest -m gpu -q -p no:cacheprovider -rA"
 step() { local name=$1 secs=$2; shift 2
   case " $STEPS " in *" $name "*) ;; *) echo "=== $name skipped"; return 0;; esac
@@ -35,6 +35,10 @@ step server ${T_SERVER:-240} python3 benchmarks/eval_server.py --device cuda --s
 # calibration of fair timing (resumable: run the same step again to continue a cut-off run)
 step kb_self ${T_KB_SELF:-570} python3 benchmarks/kernelbench_self.py --time-box ${BOX_KB_SELF:-510} --out "${KB_SELF_OUT:-docs/bench/h200_kernelbench_self.json}"
 step timing ${T_TIMING:-570} python3 benchmarks/timing_consistency.py --time-box ${BOX_TIMING:-510} --out "${TIMING_OUT:-docs/bench/h200_timing_consistency.json}"
+# the closed RL loop on this GPU (issue 33): its GPU test, then the benchmark (TINY_POLICY: a
+# carried tiny-sft folder, else it is made here first); docs/gpu.md
+step rl_loop_tests ${T_RL_TESTS:-180} $PYTEST -s tests/gpu/test_rl_loop_gpu.py --junitxml "$R/rl_loop_tests.xml"
+step rl_loop ${T_RL_LOOP:-400} python3 benchmarks/rl_loop.py ${TINY_POLICY:+--tiny-policy "$TINY_POLICY"} --work "$R/rl_runs" --out "${RL_LOOP_OUT:-$R/h200_rl_loop.json}" ${RL_LOOP_ARGS:-}
 cp -f docs/bench/h200_kernelbench_self.json docs/bench/h200_timing_consistency.json "$R/" 2>/dev/null
 tar -czf "$OUT/results.tar.gz" -C "$R" .
 echo "=== done $(date +%T)"

@@ -7,16 +7,82 @@ beyond small derived properties. Every boundary returns one of these records, ne
 
 from __future__ import annotations
 
+import math
+import re
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core.core_schema import SerializationInfo
 
 
 class Record(BaseModel):
     """Base for all records: unknown fields are rejected so typos fail loudly."""
 
     model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+def finite_json(value: Any, path: str = "") -> tuple[Any, list[str]]:
+    """JSON-mode data with every non-finite float (nan, inf) replaced by None, and one note per
+    replaced value naming where it was. JSON has no NaN: `json.dumps(allow_nan=False)` (what
+    the HTTP responses use) raises on one, and a strict parser rejects the `NaN` literal."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, [f"{path or 'value'}: {value} sent as null (JSON has no {value})"]
+    if isinstance(value, dict):
+        out, notes = {}, []
+        for k, v in value.items():
+            out[k], found = finite_json(v, f"{path}.{k}" if path else str(k))
+            notes += found
+        return out, notes
+    if isinstance(value, (list, tuple)):
+        items = [finite_json(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [v for v, _ in items], [n for _, found in items for n in found]
+    return value, []
+
+
+def _null_is_nan(value: Any) -> Any:
+    return math.nan if value is None else value
+
+
+_SENT_AS_NULL = re.compile(r"^(?P<path>[^:]+): (?P<value>nan|-?inf) sent as null")
+_PATH_PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
+
+
+def restore_nonfinite(data: dict[str, Any], notes: list[Any]) -> dict[str, Any]:
+    """`data` (a copy where changed) with the values finite_json sent as null put back, read
+    from its notes: a round trip through JSON keeps nan, inf and -inf."""
+    for note in notes:
+        m = _SENT_AS_NULL.match(note) if isinstance(note, str) else None
+        if m is None:
+            continue
+        keys = [int(i) if i else k for i, k in _PATH_PART.findall(m["path"])]
+        data = _put(data, keys, float(m["value"]))
+    return data
+
+
+def _put(node: Any, keys: list[Any], value: float) -> Any:
+    """`node` with `value` at `keys` where that place holds None (copies along the path)."""
+    if not keys:
+        return value if node is None else node
+    key, rest = keys[0], keys[1:]
+    if isinstance(node, dict) and key in node:
+        return {**node, key: _put(node[key], rest, value)}
+    if isinstance(node, list) and isinstance(key, int) and key < len(node):
+        return [*node[:key], _put(node[key], rest, value), *node[key + 1 :]]
+    return node
+
+
+# A float that finite_json may have sent as null: parsed back as NaN (when no note says which
+# value it was), so a verdict that held one in a field that is not optional still validates.
+JsonFloat = Annotated[float, BeforeValidator(_null_is_nan)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,11 +200,11 @@ class Mismatch(Record):
 class Timing(Record):
     """Wall-clock statistics of one timed callable in milliseconds."""
 
-    median_ms: float
-    mean_ms: float
-    std_ms: float
-    min_ms: float
-    max_ms: float
+    median_ms: JsonFloat
+    mean_ms: JsonFloat
+    std_ms: JsonFloat
+    min_ms: JsonFloat
+    max_ms: JsonFloat
     trials: int
 
 
@@ -188,10 +254,10 @@ class Verdict(Record):
     speedup_vs_compile: float | None = Field(
         None, description="torch.compile(reference) median / candidate median."
     )
-    speedup_ci: list[float] | None = Field(
+    speedup_ci: list[JsonFloat] | None = Field(
         None, description="95% bootstrap interval [low, high] of `speedup` (timing noise)."
     )
-    speedup_vs_compile_ci: list[float] | None = None
+    speedup_vs_compile_ci: list[JsonFloat] | None = None
     timing_clock: str | None = Field(
         None,
         description="'cuda_events' (device time of the call queued behind a lead, floored by "
@@ -209,13 +275,35 @@ class Verdict(Record):
         "on its inputs, or it leaves an input unused (why). Its speedup earns no reward "
         "(correctness only).",
     )
-    reward: float = 0.0
+    reward: JsonFloat = 0.0
     stdout_tail: str = ""
     stderr_tail: str = ""
     notes: list[str] = Field(default_factory=list)
-    phase_seconds: dict[str, float] = Field(default_factory=dict)
-    wall_seconds: float = 0.0
+    phase_seconds: dict[str, JsonFloat] = Field(default_factory=dict)
+    wall_seconds: JsonFloat = 0.0
     cached: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_nonfinite(cls, data: Any) -> Any:
+        """A verdict read back from its JSON form gets its non-finite values again."""
+        if isinstance(data, dict) and isinstance(data.get("notes"), list):
+            return restore_nonfinite(data, data["notes"])
+        return data
+
+    @model_serializer(mode="wrap")
+    def _finite_json(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """Every JSON form of a verdict (HTTP answers, --json, logs) is valid JSON: a non-finite
+        float anywhere in it is sent as null, with a note saying where (finite_json)."""
+        data = handler(self)
+        if not info.mode_is_json() or not isinstance(data, dict):
+            return data
+        data, found = finite_json(data)
+        notes = data.get("notes")
+        if found and isinstance(notes, list):  # one note per place (a parsed-back NaN: no twin)
+            said = {n.split(": ", 1)[0] for n in notes if isinstance(n, str)}
+            data["notes"] = notes + [n for n in found if n.split(": ", 1)[0] not in said]
+        return data
 
     def short(self) -> str:
         """One line for logs and progress bars."""

@@ -6,8 +6,9 @@ Covers: one module-scoped Evaluator per mode (CPU interpreter, fast corpus setti
 the verdict status and rule from the manifest, then the machine checks of MachineWatch (no file
 outside the scratch dir, no loopback connection, the sentinel process and file intact), the fork
 server alive and without leftover children, and stdout/stderr capped; the hook-stopped machine
-attacks again in the degraded sandbox (rlimits, no namespaces, as root only because the settings
-allow it, with the warning in the verdict; refused without that setting); hybrid mode: pure
+attacks again in the degraded sandbox (rlimits, no namespaces, as `nobody`: never root; where
+`nobody` cannot reach this interpreter the fork server sees it through helpers/nobody_python.py,
+and a plain rlimits Evaluator refuses with a typed reason); hybrid mode: pure
 PyTorch accepted with custom_share 0, a half-Triton solution accepted with 0 < share < 1 (by
 work) and rejected once `min_custom_share` is above its share; every class of issue 14 covered
 by at least two attack variants. Does not cover: GPU-only attacks (side streams,
@@ -23,6 +24,8 @@ from typing import Any
 import pytest
 
 import helpers.hack_corpus as hc
+from helpers.nobody_python import needs_exposing, sandbox_evaluator
+from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status, Verdict
 
@@ -44,8 +47,7 @@ def strict() -> Iterator[Evaluator]:
 def degraded() -> Iterator[Evaluator]:
     s = hc.base_settings("strict")
     s.sandbox = "rlimits"
-    s.sandbox_allow_root = True
-    with Evaluator(s) as ev:
+    with sandbox_evaluator(s) as ev:
         yield ev
 
 
@@ -59,26 +61,9 @@ def judge(
     ev: Evaluator, case: dict[str, Any], mode: str, sandbox: str = "auto"
 ) -> tuple[Verdict, list[str]]:
     """Evaluate one attack under MachineWatch; returns the verdict and the machine damage."""
-    watch = hc.MachineWatch()
-    try:
-        s = hc.settings_for(case, mode)
-        s.sandbox = sandbox
-        s.sandbox_allow_root = sandbox == "rlimits"
-        v = ev.evaluate(hc.problem(case["problem"]), watch.render(case["source"]), s)
-        res = ev.started().get("cpu")
-        server = res.server if res is not None else None
-        damage = watch.damage()
-        if server is not None and v.phase != "static":
-            assert server.proc is not None and server.proc.poll() is None, "fork server died"
-            left = hc.wait_no_descendants(server.proc.pid, keep=res.own_pids())
-            if left:
-                damage.append(f"processes left under the fork server: {left}")
-        cap = s.limits.output_bytes + 200
-        if len(v.stdout_tail) > cap or len(v.stderr_tail) > cap:
-            damage.append(f"output not capped: {len(v.stdout_tail)}/{len(v.stderr_tail)} bytes")
-        return v, damage
-    finally:
-        watch.close()
+    s = hc.settings_for(case, mode)
+    s.sandbox = sandbox
+    return hc.judge_case(ev, case, s)
 
 
 def expect(v: Verdict, case: dict[str, Any], status: str, rule: str | None) -> None:
@@ -113,13 +98,13 @@ def test_attack_rejected_in_strict_mode(strict: Evaluator, case: dict[str, Any])
 def test_machine_attack_blocked_without_namespaces(
     degraded: Evaluator, case: dict[str, Any]
 ) -> None:
-    """Degraded sandbox (rlimits only; as root here, without even the `nobody` user because the
-    interpreter lives under /root): the audit hook alone must still stop every machine attack."""
+    """Degraded sandbox (rlimits only, no namespaces, as `nobody`): every machine attack is
+    still stopped, and the verdict says who the candidate ran as."""
     v, damage = judge(degraded, case, "strict", sandbox="rlimits")
     expect(v, case, case["status"], case["rule"])
     assert damage == [], f"{case['file']}: {damage}"
-    if v.phase != "static" and os.getuid() == 0:  # nobody, or root with the warning, always said
-        assert any("nobody" in n or "sandbox_allow_root" in n for n in v.notes), v.notes
+    if v.phase != "static" and os.getuid() == 0 and v.notes:
+        assert any("sandbox: nobody" in n for n in v.notes), v.notes
 
 
 @pytest.mark.parametrize("case", HYBRID, ids=[c["file"] for c in HYBRID])
@@ -162,27 +147,38 @@ def test_half_triton_share_and_minimum(hybrid: Evaluator) -> None:
 
 
 def test_host_compute_cannot_game_a_required_share(hybrid: Evaluator) -> None:
+    """Host compute happens in the candidate's process, where no trusted process can repeat or
+    time it: the replay of its device work alone is wrong (replay_mismatch); with a required
+    share the in-process audit already names the host read."""
     case = next(c for c in ATTACKS if c["file"] == "c1_host_numpy.py")
     s = hc.base_settings("hybrid")
-    assert hybrid.evaluate(hc.problem(case["problem"]), case["source"], s).correct
-    s.min_custom_share = 0.5  # numpy work is invisible to the share: no longer tolerated
+    v = hybrid.evaluate(hc.problem(case["problem"]), case["source"], s)
+    assert v.status is Status.REWARD_HACK and v.rule == "replay_mismatch", v.message
+    s.min_custom_share = 0.5
     v = hybrid.evaluate(hc.problem(case["problem"]), case["source"], s)
     assert v.status is Status.REWARD_HACK and v.rule == "host_read", v.message
 
 
-def test_rlimits_sandbox_refuses_root_unless_allowed() -> None:
-    """Without namespaces and without a usable `nobody` the candidate would run as root: refused
-    with one clear verdict unless `sandbox_allow_root`, and then every verdict says so."""
+def test_rlimits_sandbox_never_runs_as_root() -> None:
+    """Without namespaces a root judge's candidate runs as `nobody`; where `nobody` cannot reach
+    the interpreter the sandbox refuses with a typed reason (interpreter_unreachable) instead of
+    running it as root, and `sandbox_allow_root` no longer exists."""
     case = next(c for c in hc.cases("legit") if c["file"] == "l19_reused_output_buffer.py")
     s = hc.base_settings("strict")
     s.sandbox = "rlimits"
+    with pytest.raises(ValueError, match="sandbox_allow_root"):
+        EvalSettings(sandbox_allow_root=True)
+    if os.getuid() != 0:
+        pytest.skip("the rlimits sandbox runs as the judge's own user when it is not root")
     with Evaluator(s) as ev:
         v = ev.evaluate(hc.problem(case["problem"]), case["source"], s)
-        s.sandbox_allow_root = True
-        allowed = ev.evaluate(hc.problem(case["problem"]), case["source"], s)
-    if any("nobody" in n for n in allowed.notes):
-        pytest.skip("the rlimits sandbox can use `nobody` on this machine")
-    assert v.status is Status.INTERNAL_ERROR and v.phase == "sandbox", v.message
-    assert "sandbox_allow_root" in v.message and not v.correct
-    assert allowed.status is Status.CORRECT, allowed.message
-    assert any("runs as root" in n and "sandbox_allow_root" in n for n in allowed.notes)
+    if needs_exposing() is not None:
+        assert v.status is Status.INTERNAL_ERROR and v.phase == "sandbox", v.message
+        assert "interpreter_unreachable" in v.message and not v.correct, v.message
+    else:
+        assert v.status is Status.CORRECT, v.message
+    with sandbox_evaluator(s) as ev:  # as on a machine where `nobody` reaches the interpreter
+        ok = ev.evaluate(hc.problem(case["problem"]), case["source"], s)
+    assert ok.status is Status.CORRECT, ok.message
+    assert any(n.startswith("sandbox: nobody (uid 65534), no namespaces") for n in ok.notes)
+    assert not any("root" in n for n in ok.notes if n.startswith("sandbox")), ok.notes

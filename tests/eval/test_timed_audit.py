@@ -1,14 +1,15 @@
-"""The candidate's timed calls are audited in the shared timing loop (CPU, `time_on_cpu`).
+"""What is timed is the trusted replay of the candidate's kernels, never its own process (CPU,
+`time_on_cpu`).
 
-Covers, through `Evaluator.evaluate` with real workers and the real timing process (the timing
-path runs on the CPU; its numbers mean nothing here): a candidate that is honest in every
-profiled call (correctness trials, the caching check, the re-check right after timing) and
-launches differently only in the timed calls is `launch_mismatch` (timing_loop.py reports each
-timed call's launch signature, gpu_timing.py compares them with the profiled calls'); one that
-returns a tensor subclass only in timed calls is `output_type`; an honest kernel is timed on both
-sides and accepted. The call counts follow `hc.cpu_timing_settings` (2 correctness trials, the last
-one calling forward twice; 2 rounds of 1 warmup + 4 trials; the re-check). Does not cover: the
-GPU (tests/gpu/test_attacks_gpu.py, s6/s9 timed attacks).
+Covers, through `Evaluator.evaluate` with real workers, the real replayer and the real timing
+process (the timing path runs on the CPU; its numbers mean nothing here): an honest kernel is
+replayed, timed on both sides and accepted; a candidate whose forward launches differently, or
+returns a tensor subclass, only in the calls its own process would have timed gains nothing and
+is judged by its kernels' replay (the recipe comes from a profiled correctness call); a kernel
+that keeps a call counter in a buffer of the model sees the buffer restored before every
+replayed call, so its timed calls do the work of its checked calls. The call counts follow
+`hc.cpu_timing_settings` (2 correctness trials, the last one calling forward twice). Does not
+cover: the GPU (tests/gpu/test_attacks_gpu.py), the replay's own rules (test_replay.py).
 """
 
 from __future__ import annotations
@@ -87,16 +88,59 @@ def test_honest_kernel_is_timed_and_accepted(ev: Evaluator, relu: Problem) -> No
     assert v.runtime is not None and v.ref_runtime is not None and v.speedup is not None
 
 
-def test_timed_calls_that_launch_differently_are_launch_mismatch(
+def test_calls_the_candidate_would_have_timed_change_nothing(ev: Evaluator, relu: Problem) -> None:
+    """Calls 4-13 were the candidate's timed calls before the replay was timed: they launch with
+    another block size now, and nothing of the verdict depends on them."""
+    v = ev.evaluate(relu, _source(256, False))
+    assert v.status is Status.CORRECT, v.message
+    assert v.phase_seconds.get("replay", 0) > 0 and v.phase_seconds.get("timed_rounds", 0) > 0
+    assert v.runtime is not None and v.speedup is not None
+
+
+def test_a_subclass_in_unobserved_calls_changes_nothing(ev: Evaluator, relu: Problem) -> None:
+    v = ev.evaluate(relu, _source(1024, True))
+    assert v.status is Status.CORRECT, v.message
+    assert v.runtime is not None
+
+
+COUNTER = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_counted(x_ptr, out_ptr, count_ptr, n, BLOCK: tl.constexpr):
+    # a call counter kept in device memory: after two calls, the kernel stops computing
+    calls = tl.load(count_ptr)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = tl.where(calls < 2, tl.maximum(x, 0.0), 0.0)
+    tl.store(out_ptr + offs, y, mask=mask)
+    tl.store(count_ptr, calls + 1, mask=tl.program_id(0) == 0)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.count = torch.zeros(1, dtype=torch.int32)
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        relu_counted[(triton.cdiv(n, 1 << 20),)](x, out, self.count.to(x.device), n, BLOCK=1 << 20)
+        return out
+"""
+
+
+def test_state_kept_in_a_buffer_is_restored_before_every_replayed_call(
     ev: Evaluator, relu: Problem
 ) -> None:
-    v = ev.evaluate(relu, _source(256, False))
-    assert v.status is Status.REWARD_HACK and v.rule == "launch_mismatch", v.message
-    assert "timed calls launched different kernels or arguments" in v.message
-    assert "8 of 9" in v.message  # every timed call; the re-check after timing was honest
-
-
-def test_timed_calls_must_return_plain_tensors(ev: Evaluator, relu: Problem) -> None:
-    v = ev.evaluate(relu, _source(1024, True))
-    assert v.status is Status.REWARD_HACK and v.rule == "output_type", v.message
-    assert v.phase == "timing"
+    """In its own process this candidate fails from its third call (the counter); the recipe is
+    recorded at its second correctness call, with the counter at 1 as a constant, and every
+    replayed call starts from that counter: correctness trial 2 then fails in the candidate's
+    own process already (its counter reached 2), which rejects it before any replay."""
+    v = ev.evaluate(relu, COUNTER)
+    assert v.status is Status.NUMERICAL_MISMATCH, v.message

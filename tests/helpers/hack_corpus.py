@@ -5,8 +5,10 @@ Covers: loading `corpus/{attacks,legit}/manifest.toml`; resolving a case's probl
 from the built-in suite at the cpu preset, or `ref:NAME` from corpus/references); the fast
 settings every corpus test uses plus a case's own overrides, and those that run the timing path
 on the CPU; filling `@@KEY@@` placeholders in
-attack sources (paths outside the sandbox, a loopback port, a sentinel process and file);
-`MachineWatch`, which sets those up and afterwards checks that nothing happened to the machine.
+attack sources (paths outside the sandbox, a loopback port, an abstract unix socket, a sentinel
+process and file); `MachineWatch`, which sets those up and afterwards checks that nothing happened
+to the machine (files, connections, the sentinel, processes named after the marker still
+running, `TF-LEAK` lines the attack prints when it read what it must not).
 Does not cover: the assertions on verdicts (test_attacks.py, test_legit.py).
 """
 
@@ -142,15 +144,21 @@ def wait_no_descendants(
 
 
 class Listener:
-    """A loopback TCP listener in a thread that counts accepted connections."""
+    """A listener in a thread that counts accepted connections: loopback TCP (`port`), or with
+    `abstract` an abstract unix socket (`name`: no file; one namespace per network namespace)."""
 
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+    def __init__(self, abstract: bool = False) -> None:
+        if abstract:
+            self.name = f"tf_attack_{uuid.uuid4().hex[:12]}"
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.bind("\0" + self.name)
+        else:
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind(("127.0.0.1", 0))
+            self.port = self.sock.getsockname()[1]
         self.sock.listen(8)
         self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
         self.accepted = 0
         self._stop = False
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -171,18 +179,40 @@ class Listener:
         self.sock.close()
 
 
+def marked_processes(marker: str) -> list[int]:
+    """Pids whose command line names `marker` (a daemon an attack left behind)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def leaks(*texts: str) -> list[str]:
+    """`TF-LEAK ...` lines an attack printed when it read something it must not."""
+    return [ln.strip() for t in texts for ln in t.splitlines() if ln.strip().startswith("TF-LEAK")]
+
+
 class MachineWatch:
     """Targets for class-4 attacks and the checks that they were not hit.
 
-    Placeholders: @@PROJECT@@, @@HOME@@, @@CWD@@, @@HOST_TMP@@ (directories outside the scratch
-    dir), @@MARKER@@ (a unique file name to create there), @@PORT@@ (loopback listener),
-    @@SENTINEL_PID@@ (a process of ours to kill), @@SENTINEL_FILE@@ (a file of ours to delete),
-    @@JUDGE_PID@@ (this process).
+    Placeholders: @@PROJECT@@, @@HOME@@, @@CWD@@, @@HOST_TMP@@, @@VAR_TMP@@, @@DEV_SHM@@
+    (directories outside the scratch dir), @@MARKER@@ (a unique file name to create there, and
+    the name a daemon carries in its argv), @@PORT@@ (loopback listener), @@ABSTRACT@@ (abstract
+    unix socket listener), @@SENTINEL_PID@@ (a process of ours to kill), @@SENTINEL_FILE@@ (a
+    file of ours to delete), @@JUDGE_PID@@ (this process).
     """
 
     def __init__(self) -> None:
         self.marker = f"tf_attack_marker_{uuid.uuid4().hex[:12]}"
         self.listener = Listener()
+        self.abstract = Listener(abstract=True)
         self.sentinel = subprocess.Popen(
             [sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True
         )
@@ -194,6 +224,8 @@ class MachineWatch:
             "HOME": os.path.expanduser("~"),
             "CWD": os.getcwd(),
             "HOST_TMP": tempfile.gettempdir(),
+            "VAR_TMP": "/var/tmp",
+            "DEV_SHM": "/dev/shm",
         }
 
     def render(self, source: str) -> str:
@@ -201,6 +233,7 @@ class MachineWatch:
         subs.update(
             MARKER=self.marker,
             PORT=str(self.listener.port),
+            ABSTRACT=self.abstract.name,
             SENTINEL_PID=str(self.sentinel.pid),
             SENTINEL_FILE=self.sentinel_file,
             JUDGE_PID=str(os.getpid()),
@@ -218,6 +251,15 @@ class MachineWatch:
                 found.append(f"file created in {name}: {hits[0]}")
         if self.listener.accepted:
             found.append(f"{self.listener.accepted} connection(s) reached the loopback listener")
+        if self.abstract.accepted:
+            found.append(f"{self.abstract.accepted} connection(s) reached the abstract socket")
+        deadline = time.monotonic() + 3.0  # a killed daemon may take a moment to be reaped
+        alive = marked_processes(self.marker)
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+            alive = marked_processes(self.marker)
+        if alive:
+            found.append(f"processes named after the marker still run: {alive}")
         if self.sentinel.poll() is not None:
             found.append(f"sentinel process was killed (code {self.sentinel.returncode})")
         if not Path(self.sentinel_file).exists():
@@ -230,7 +272,32 @@ class MachineWatch:
         for hit in (p for d in self.dirs.values() for p in Path(d).glob(f"{self.marker}*")):
             hit.unlink(missing_ok=True)
         self.listener.close()
+        self.abstract.close()
         if self.sentinel.poll() is None:
             self.sentinel.kill()
         self.sentinel.wait()
         Path(self.sentinel_file).unlink(missing_ok=True)
+
+
+def judge_case(ev: Any, case: dict[str, Any], s: EvalSettings) -> tuple[Any, list[str]]:
+    """Evaluate one attack under MachineWatch with settings `s`; returns the verdict and the
+    machine damage: MachineWatch's findings, a dead fork server or processes left under it,
+    output not capped, `TF-LEAK` lines the attack printed."""
+    watch = MachineWatch()
+    try:
+        v = ev.evaluate(problem(case["problem"]), watch.render(case["source"]), s)
+        res = ev.started().get("cpu")
+        server = res.server if res is not None else None
+        damage = watch.damage()
+        if server is not None and v.phase != "static":
+            assert server.proc is not None and server.proc.poll() is None, "fork server died"
+            left = wait_no_descendants(server.proc.pid, keep=res.own_pids())
+            if left:
+                damage.append(f"processes left under the fork server: {left}")
+        cap = s.limits.output_bytes + 200
+        if len(v.stdout_tail) > cap or len(v.stderr_tail) > cap:
+            damage.append(f"output not capped: {len(v.stdout_tail)}/{len(v.stderr_tail)} bytes")
+        damage += leaks(v.stdout_tail, v.stderr_tail)
+        return v, damage
+    finally:
+        watch.close()

@@ -66,6 +66,18 @@ def test_statuses_before_rules() -> None:
     assert run_static(KERNEL).status is Status.MISSING_MODEL_NEW
 
 
+@pytest.mark.parametrize("depth", [150, 1500, 100_000])
+def test_deep_nesting_is_a_syntax_error_not_a_judge_failure(depth: int) -> None:
+    """`1+1+...+1` deep enough to exhaust the parser's or the rules' recursion (RecursionError
+    escaped run_static: internal_error); a shallow one still passes."""
+    expr = "+".join(["1"] * depth)
+    r = run_static(model(OK_FORWARD, prelude=f"ONE = ({expr}) // {depth}\n"))
+    if depth == 150:
+        assert r.status is None, r.message
+    else:
+        assert r.status is Status.SYNTAX_ERROR and "deeper" in r.message, r.message
+
+
 # (rule, source that triggers it, close source that must pass)
 CASES = [
     (
@@ -428,3 +440,112 @@ def test_compute_ops(name: str) -> None:
 def test_allowlist_has_no_arithmetic() -> None:
     for op in ("add", "mul", "sub", "div", "exp", "sum", "mean", "max", "matmul", "mm", "where"):
         assert op not in GLUE
+
+
+# Settings of the candidate's own process (issue 31, own_settings.py): setting a seed or a
+# performance/numerics flag is allowed in every mode; reading RNG state or seeds stays refused.
+OWN_SETTINGS_OK = [
+    "torch.manual_seed(42)",
+    "torch.cuda.manual_seed(42)",
+    "torch.cuda.manual_seed_all(0)",
+    "torch.random.manual_seed(3)",
+    "random.seed(0)",
+    "np.random.seed(0)",
+    "torch.set_rng_state(torch.ByteTensor(8))",
+    "torch.backends.cudnn.benchmark = True",
+    "torch.backends.cudnn.deterministic = True",
+    "torch.backends.cudnn.allow_tf32 = True",
+    "torch.backends.cuda.matmul.allow_tf32 = True",
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False",
+    "torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, True",
+    "import torch.backends.cudnn as cudnn\ncudnn.benchmark = True",
+    "from torch.backends import cudnn\ncudnn.deterministic = True",
+    'setattr(torch.backends.cudnn, "benchmark", True)',
+    "torch.set_float32_matmul_precision('high')",
+    "torch.use_deterministic_algorithms(True)",
+]
+
+
+SEED_READS = [
+    "s = torch.initial_seed()",
+    "s = torch.seed()",
+    "s = torch.random.seed()",
+    "s = torch.get_rng_state()",
+    "s = torch.cuda.get_rng_state_all()",
+    "s = torch.cuda.initial_seed()",
+    "g = torch.default_generator",
+    "g = torch.cuda.default_generators[0]",
+    "ctx = torch.random.fork_rng()",
+    "s = random.getstate()",
+    "s = np.random.get_state()",
+    "from torch import initial_seed",
+    "from torch.random import fork_rng",
+    "from random import getstate",
+]
+
+
+@pytest.mark.parametrize(
+    ("line", "rule"),
+    [(line, None) for line in OWN_SETTINGS_OK] + [(line, "seed_probe") for line in SEED_READS],
+)
+def test_setting_is_allowed_reading_rng_state_is_not(line: str, rule: str | None) -> None:
+    source = model(OK_FORWARD, "import random\nimport numpy as np\n" + line)
+    for mode in ("strict", "hybrid"):
+        r = run_static(source, mode, "triton")
+        assert r.rule == rule, (mode, line, r.rule, r.message)
+        if rule == "seed_probe":
+            assert "torch.Generator" in r.message and "manual_seed" in r.message
+
+
+@pytest.mark.parametrize(
+    ("line", "rule"),
+    [
+        ("torch.backends.cudnn.benchmark = torch.allclose", None),  # a C setter takes the value
+        ("torch.backends.cudnn.foo = 1", "judge_tamper"),  # not a setting of own_settings.py
+        ("del torch.backends.cudnn.benchmark", "judge_tamper"),
+        ("torch.backends.cuda.matmul = None", "judge_tamper"),
+        ("torch.allclose: object = lambda *a, **k: True", "judge_tamper"),
+        ("for torch.allclose in [print]:\n    pass", "judge_tamper"),
+        ('setattr(torch.backends.cudnn, "enabled_x", 1)', "judge_tamper"),
+    ],
+)
+def test_only_the_listed_settings_may_be_assigned(line: str, rule: str | None) -> None:
+    r = run_static(model(OK_FORWARD, line), "hybrid", "triton")
+    assert r.rule == rule, (line, r.rule, r.message)
+
+
+FIELD_IDIOMS = [
+    "torch.cuda.synchronize()",
+    "with torch.no_grad():\n    pass",
+    "@torch.no_grad()\ndef helper(x):\n    return x",
+    "with torch.inference_mode():\n    pass",
+    "@torch.jit.ignore\ndef helper(x):\n    return x",
+    "@torch.jit.unused\ndef helper(x):\n    return x",
+    "scripting = torch.jit.is_scripting()",
+    "from torch.jit import ignore\n@ignore\ndef helper(x):\n    return x",
+    "from dataclasses import dataclass, field\n@dataclass(frozen=True)\nclass Cfg:\n"
+    "    block: int = 128\n    sizes: list = field(default_factory=list)",
+    "from typing import Optional, Tuple\nT = Optional[Tuple[int, int]]",
+    "import functools\n@functools.lru_cache(maxsize=None)\ndef block_for(n: int) -> int:\n"
+    "    return triton.next_power_of_2(n)",
+    "sm = torch.cuda.get_device_properties(0).multi_processor_count",
+]
+
+
+@pytest.mark.parametrize("line", FIELD_IDIOMS)
+def test_honest_field_idioms_pass(line: str) -> None:
+    r = run_static(model(OK_FORWARD, line), "strict", "triton")
+    assert r.status is None, (line, r.rule, r.message)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "f = torch.jit.script(torch.relu)",
+        "from torch.jit import trace",
+        "ref = torch.compile(Model())",
+        "class Model(nn.Module):\n    pass\nfast = torch.compile(Model())",
+    ],
+)
+def test_compiling_or_scripting_stays_generated_code(line: str) -> None:
+    assert rule_of(model(OK_FORWARD, line), "hybrid") == "generated_code"

@@ -13,22 +13,27 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.replies import audit_facts, trial_facts
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge import decide
+from tritonforge.evaluation.judge.replies import Integrity
 from tritonforge.evaluation.sandbox import audit_hook
 from tritonforge.evaluation.sandbox.audit_hook import Origin
 from tritonforge.evaluation.sandbox.audit_state import STATE, Armed
 from tritonforge.evaluation.sandbox.glue import glue_digest
 from tritonforge.types import Problem, Status, Verdict
 
-CLEAN = {"launches_ok": 2, "snapshotted": 2, "wrote_any": True, "ops": {}, "violations": []}
+CLEAN = {"launches": 2, "launches_ok": 2, "snapshotted": 2, "wrote_any": True, "ops": {}}
 WRITTEN = {"numel": 10, "launched_on": True, "from_kernel": True}
 
 
 def run(audit=None, facts=None, mode="strict", unsolicited=False, **kw):
     s = EvalSettings(mode=mode, **kw)
     return decide.decide_audit(
-        {**CLEAN, **(audit or {})}, {"provenance": [WRITTEN], **(facts or {})}, s, unsolicited
+        audit_facts({**CLEAN, **(audit or {})}),
+        trial_facts({"provenance": [WRITTEN], **(facts or {})}),
+        s,
+        unsolicited,
     )
 
 
@@ -251,22 +256,28 @@ def test_caching_check_compares_launch_signatures() -> None:
     s = EvalSettings()
     fresh = "sig-fresh"
     same = {"repeat": True, "first_signature": fresh, "signature": fresh, "provenance": [WRITTEN]}
-    assert decide.decide_audit(dict(CLEAN), same, s, False, [fresh]) is None
+    assert decide.decide_audit(audit_facts(CLEAN), trial_facts(same), s, False, [fresh]) is None
     replay = {**same, "signature": "sig-copy", "signature_lines": ["copy|(4,)||-,out0"]}
-    hit = decide.decide_audit(dict(CLEAN), replay, s, False, [fresh])
+    hit = decide.decide_audit(audit_facts(CLEAN), trial_facts(replay), s, False, [fresh])
     assert hit[0] == "cached_result" and "copy|(4,)" in hit[1]
     unprofiled = {**same, "first_signature": "sig-torch"}  # the light call alone differed
-    assert decide.decide_audit(dict(CLEAN), unprofiled, s, False, [fresh])[0] == "launch_mismatch"
+    assert (
+        decide.decide_audit(audit_facts(CLEAN), trial_facts(unprofiled), s, False, [fresh])[0]
+        == "launch_mismatch"
+    )
     # the first trial's calls may do one-off work (autotune, a weight layout): not compared
-    assert decide.decide_audit(dict(CLEAN), replay, s, False, None) is None
+    assert decide.decide_audit(audit_facts(CLEAN), trial_facts(replay), s, False, None) is None
     hybrid = EvalSettings(mode="hybrid")
-    assert decide.decide_audit(dict(CLEAN), replay, hybrid, False, [fresh])[0] == "cached_result"
+    assert (
+        decide.decide_audit(audit_facts(CLEAN), trial_facts(replay), hybrid, False, [fresh])[0]
+        == "cached_result"
+    )
 
 
 def test_timed_calls_must_match_the_profiled_signature() -> None:
     s = EvalSettings()
     v = Verdict(status=Status.CORRECT)
-    records = [{"launches": 1}]
+    records = [audit_facts({"launches": 1})]
     problem = Problem(id="p", suite="s", name="p", reference_src="")
     ok = decide.decide_timing(
         v, [1, 1], records, True, problem, 0, s, signatures=["a", "a"], history=["a", "a"]
@@ -286,12 +297,13 @@ def test_timed_calls_must_match_the_profiled_signature() -> None:
 
 def test_integrity_and_reclassified_ops() -> None:
     armed = "/tmp/scratch/candidate.py|/tmp/scratch|triton|True"
-    good = {"integrity": {"armed": armed, "glue": glue_digest()}}
+    good = Integrity(armed, glue_digest())
     assert decide.check_integrity(armed, good) is None
-    assert decide.check_integrity(armed, {"integrity": {"armed": "", "glue": glue_digest()}})
-    assert decide.check_integrity(armed, {"integrity": {"armed": armed, "glue": "widened"}})
-    assert decide.check_integrity(armed, {})[0] == "judge_tamper"
+    assert decide.check_integrity(armed, Integrity("", glue_digest()))
+    assert decide.check_integrity(armed, Integrity(armed, "widened"))
+    assert decide.check_integrity(armed, Integrity())[0] == "judge_tamper"
     assert decide.check_integrity("", good)[0] == "judge_tamper"  # never armed at load
     audit = {**CLEAN, "glue": {"aten::relu": 2, "aten::view": 1}, "ops": {}}
     assert rule(audit) == "torch_compute"  # the worker's glue list said relu is glue
-    assert audit["ops"] == {"aten::relu": 2} and audit["glue"] == {"aten::view": 1}
+    moved = decide.reclassify(audit_facts(audit))
+    assert moved.ops == {"aten::relu": 2} and moved.glue == {"aten::view": 1}

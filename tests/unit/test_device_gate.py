@@ -3,26 +3,62 @@
 Covers the scheduling logic of fair timing without a GPU: shared holders overlap each other, an
 exclusive holder overlaps nothing (intervals recorded by the work itself, not by the gate), a
 waiting timing keeps new shared work out (no starvation), timings are served in arrival order,
-re-entrancy, and asking for exclusive access while holding shared access is refused.
+re-entrancy, and asking for exclusive access while holding shared access is refused; each in
+this process only and with the cross-process layer (host_gate.py) in a temporary runtime
+directory, where the same rules must hold among threads. Across real processes:
+tests/unit/test_host_share.py.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import random
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from tritonforge.evaluation.judge.device_gate import DeviceGate, gate
+from tritonforge.evaluation.judge.host_gate import HostGate
+from tritonforge.evaluation.judge.host_share import open_lock
+
+
+@pytest.fixture(params=["process", "host"])
+def make_gate(request, tmp_path: Path):
+    """DeviceGate without, or with, the cross-process layer."""
+    return lambda name: DeviceGate(
+        name, HostGate(tmp_path, name.replace(":", "-")) if request.param == "host" else None
+    )
+
+
+def _wait_queued(g: DeviceGate, n: int = 1) -> None:
+    """Until `n` timings wait; with the host layer, until one of them holds the turnstile (a
+    queued timing takes it only once it is this process's turn)."""
+    while g.busy()[2] < n:
+        time.sleep(0.001)
+    if g.host is None:
+        return
+    fd = open_lock(g.host.turnstile)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                time.sleep(0.001)
+            except BlockingIOError:
+                return
+    finally:
+        os.close(fd)
 
 
 def _overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
-def test_no_timing_overlaps_any_other_work() -> None:
-    g = DeviceGate("test:0")
+def test_no_timing_overlaps_any_other_work(make_gate) -> None:
+    g = make_gate("test:0")
     spans: list[tuple[str, float, float]] = []
     lock = threading.Lock()
     seen_by_listener: list[tuple[str, float, float]] = []
@@ -62,8 +98,8 @@ def test_no_timing_overlaps_any_other_work() -> None:
     )
 
 
-def test_a_waiting_timing_keeps_new_shared_work_out() -> None:
-    g = DeviceGate("test:1")
+def test_a_waiting_timing_keeps_new_shared_work_out(make_gate) -> None:
+    g = make_gate("test:1")
     order: list[str] = []
     holding = threading.Event()
     release = threading.Event()
@@ -87,8 +123,7 @@ def test_a_waiting_timing_keeps_new_shared_work_out() -> None:
     holding.wait(5)
     b = threading.Thread(target=timing)
     b.start()
-    while g.busy()[2] == 0:  # the timing is queued
-        time.sleep(0.001)
+    _wait_queued(g)
     c = threading.Thread(target=late_shared)
     c.start()
     time.sleep(0.05)
@@ -99,8 +134,8 @@ def test_a_waiting_timing_keeps_new_shared_work_out() -> None:
     assert order == ["shared-1 done", "timing", "shared-2"]
 
 
-def test_timings_are_served_in_arrival_order() -> None:
-    g = DeviceGate("test:2")
+def test_timings_are_served_in_arrival_order(make_gate) -> None:
+    g = make_gate("test:2")
     served: list[int] = []
     with g.shared():  # hold the device so every timing queues up
         threads = []
@@ -108,8 +143,7 @@ def test_timings_are_served_in_arrival_order() -> None:
             t = threading.Thread(target=lambda i=i: _timed(g, served, i))
             t.start()
             threads.append(t)
-            while g.busy()[2] < i + 1:
-                time.sleep(0.001)
+            _wait_queued(g, i + 1)
     for t in threads:
         t.join(5)
     assert served == list(range(8))
@@ -120,8 +154,8 @@ def _timed(g: DeviceGate, served: list[int], i: int) -> None:
         served.append(i)
 
 
-def test_reentrant_and_no_upgrade() -> None:
-    g = DeviceGate("test:3")
+def test_reentrant_and_no_upgrade(make_gate) -> None:
+    g = make_gate("test:3")
     with g.exclusive(), g.exclusive(), g.shared():  # the holder may do anything
         assert g.held_exclusive()
     assert g.busy() == (0, False, 0)

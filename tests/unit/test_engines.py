@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 import torch
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from helpers.live_server import free_port, serve
 from tritonforge.rollout.engines.balancer import BalancedEngine
 from tritonforge.rollout.engines.base import EngineConfig, SamplingParams, build_engine
 from tritonforge.rollout.engines.hf import HFEngine, filter_logits
@@ -235,6 +232,43 @@ def test_hf_update_weights(tiny_dir: Path, tmp_path: Path) -> None:
     assert asyncio.run(eng.generate([PROMPTS[0]], greedy))[0].token_ids == before
 
 
+@pytest.mark.parametrize("mode", ["wait", "keep"])
+def test_hf_pause_mode_decides_whether_a_weight_copy_waits_for_the_batch(
+    tiny_dir: Path, mode: str
+) -> None:
+    """wait: a weight copy waits until the running batch ends; keep: it goes in between two
+    decode steps (the batch then goes on under the new weights), holding the device share."""
+    held: list[str] = []
+
+    @contextlib.contextmanager
+    def hold() -> Iterator[None]:
+        held.append("in")
+        yield
+
+    eng = HFEngine.from_pretrained(tiny_dir, batch_wait_s=0.0, pause_mode=mode, device_hold=hold)
+    params = SamplingParams(max_new_tokens=400, temperature=1.0, ignore_eos=True, seed=3)
+    state = {k: v + 0.01 for k, v in eng.model.state_dict().items()}
+
+    async def run() -> tuple[Generation, int]:
+        task = asyncio.create_task(eng.generate([PROMPTS[0]], params))
+        while eng._pending or not held:  # the batch has begun decoding
+            await asyncio.sleep(0.001)
+        assert await eng.load_state_dict(state, 1)
+        holds_before_copied = len(held)  # decode steps so far, and the copy's own hold
+        return (await task)[0], holds_before_copied
+
+    out, holds = asyncio.run(run())
+    asyncio.run(eng.aclose())
+    assert out.status is GenStatus.LENGTH and len(out.token_ids) == 400
+    if mode == "wait":  # after every decode step of the batch
+        assert holds == 401
+    else:  # a step or so after the batch began
+        assert holds < 200
+    assert eng.policy_version == 1 and len(held) == 401
+    for k, v in eng.model.state_dict().items():
+        assert torch.equal(v, state[k])
+
+
 def test_build_engine_registry(tiny_dir: Path) -> None:
     eng = build_engine(EngineConfig(type="hf", model_path=str(tiny_dir)))
     assert isinstance(eng, HFEngine)
@@ -249,29 +283,6 @@ def test_build_engine_registry(tiny_dir: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ fake servers
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """Run `app` with uvicorn on a free loopback port in a thread; yield its base URL."""
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 class FakeState:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
@@ -505,7 +516,7 @@ def test_vllm_weight_update_dance() -> None:
 
 
 def test_unreachable_server_is_error_not_exception() -> None:
-    eng = VLLMEngine(f"http://127.0.0.1:{_free_port()}", served_model_name="m", policy=FAST_RETRY)
+    eng = VLLMEngine(f"http://127.0.0.1:{free_port()}", served_model_name="m", policy=FAST_RETRY)
     gen = asyncio.run(eng.generate([[1]], SamplingParams(max_new_tokens=2)))[0]
     assert gen.status is GenStatus.ERROR and "ConnectError" in (gen.error or "")
     assert asyncio.run(eng.health()) is False
@@ -670,7 +681,7 @@ def test_balancer_over_http_with_a_dead_url() -> None:
             type="balanced",
             backend="vllm",
             served_model_name="m",
-            urls=[f"http://127.0.0.1:{_free_port()}", url],
+            urls=[f"http://127.0.0.1:{free_port()}", url],
             max_attempts=2,
             backoff_s=0.01,
         )

@@ -64,41 +64,49 @@ def test_presence_and_visibility(tmp_path: Path) -> None:
     assert visible_list({"X": "-1"}, "X") == []
 
 
-def _chr(mode: int) -> os.stat_result:
-    return os.stat_result((stat.S_IFCHR | mode, 0, 0, 1, 0, 0, 0, 0, 0, 0))
+def _chr_of(mode: int, gid: int, uid: int = 0) -> os.stat_result:
+    return os.stat_result((stat.S_IFCHR | mode, 0, 0, 1, uid, gid, 0, 0, 0, 0))
 
 
-def test_sandbox_keeps_root_when_nobody_cannot_open_a_gpu_node() -> None:
-    from tritonforge.evaluation.sandbox.isolation import (
-        SandboxSpec,
-        _devices_usable_by_nobody,
-        nodes_open_to_all,
-    )
+def test_sandbox_grants_the_device_groups_to_nobody_never_root() -> None:
+    from tritonforge.evaluation.sandbox.identity import NOBODY, device_access
 
-    modes = {"/dev/kfd": 0o666, "/dev/dri/renderD128": 0o660, "/dev/nvidia0": 0o666}
-    fake_stat = lambda p: _chr(modes[p])  # noqa: E731
-    assert nodes_open_to_all(["/dev/kfd", "/dev/nvidia0"], fake_stat)
-    assert not nodes_open_to_all(["/dev/kfd", "/dev/dri/renderD128"], fake_stat)  # group-only
-    assert nodes_open_to_all(["/dev/missing"], os.stat)  # absent nodes do not block
-    assert _devices_usable_by_nobody(SandboxSpec(device="cpu", device_nodes=["/nope"]))
+    nodes = {
+        "/dev/kfd": _chr_of(0o666, 0),
+        "/dev/dri/renderD128": _chr_of(0o660, 44),  # group-only: its group is granted
+        "/dev/nvidia0": _chr_of(0o660, 44),
+        "/dev/nvidia1": _chr_of(0o660, 27),
+        "/dev/own": _chr_of(0o600, 0, NOBODY),
+        "/dev/rootonly": _chr_of(0o600, 0),  # nobody cannot open it through any group
+    }
+    access = device_access(["/dev/kfd", "/dev/nvidia0", "/dev/nvidia1", "/dev/own"], nodes.get)
+    assert access.groups == [44, 27] and access.unreachable == []
+    access = device_access([*nodes], nodes.get)
+    assert access.unreachable == ["/dev/rootonly"]
+    caps = {  # MIG capability nodes need read only; an unreadable one is skipped, not refused
+        "/dev/nvidia-caps/nvidia-cap1": _chr_of(0o400, 0),
+        "/dev/nvidia-caps/nvidia-cap2": _chr_of(0o444, 0),
+    }
+    access = device_access([*caps], caps.get)
+    assert access.skipped == ["/dev/nvidia-caps/nvidia-cap1"] and not access.unreachable
+    assert device_access(["/dev/missing"]).unreachable == []  # absent nodes do not block
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
 def test_sandbox_check_on_real_character_devices(tmp_path: Path) -> None:
-    from tritonforge.evaluation.sandbox.isolation import SandboxSpec, _devices_usable_by_nobody
+    from tritonforge.evaluation.sandbox.identity import device_access
 
-    kfd, render = tmp_path / "kfd", tmp_path / "renderD128"
+    kfd, render, private = tmp_path / "kfd", tmp_path / "renderD128", tmp_path / "private"
     try:
-        os.mknod(kfd, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # the same numbers as /dev/null
-        os.mknod(render, stat.S_IFCHR | 0o660, os.makedev(1, 3))
+        for node, mode in ((kfd, 0o666), (render, 0o660), (private, 0o600)):
+            os.mknod(node, stat.S_IFCHR | mode, os.makedev(1, 3))  # the numbers of /dev/null
+            os.chmod(node, mode)
     except PermissionError:
         pytest.skip("this filesystem refuses device nodes")
-    os.chmod(kfd, 0o666)
-    os.chmod(render, 0o660)
-    spec = SandboxSpec(device="cuda", device_nodes=[str(kfd)])
-    assert _devices_usable_by_nobody(spec)
-    spec.device_nodes.append(str(render))
-    assert not _devices_usable_by_nobody(spec)
+    os.chown(render, 0, 44)
+    access = device_access([str(kfd), str(render)])
+    assert access.groups == [44] and not access.unreachable
+    assert device_access([str(private)]).unreachable == [str(private)]
 
 
 def test_worker_env_pins_cuda_and_hip_and_passes_rocm_settings() -> None:

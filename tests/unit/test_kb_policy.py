@@ -4,7 +4,7 @@ Covers: the epilogue decision (decide.epilogue: a final reduction/scale of kerne
 the last launch; everything else stays torch_compute; malformed worker reports mean no
 epilogue; hybrid reports it in the audit), composite view/shape ops recorded by the profiler
 under their own names are glue (the profiler is run here on the real ops), the global-RNG rule
-(private generators allowed, every global RNG entry point blocked, the message names
+(private generators allowed, every read of a global RNG's state blocked, the message names
 torch.Generator), and the Inductor runtime allowance: which paths are allowed, the compiler
 reached directly or through a helper module is not, which modules the worker pre-imports, the
 helper modules import no module that the deny list misses, and the classic `grid` helper's
@@ -19,8 +19,9 @@ import types
 import pytest
 import torch
 
+from helpers.replies import trial_facts
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge import decide, inductor_rules
+from tritonforge.evaluation.judge import decide, inductor_rules, replies
 from tritonforge.evaluation.judge.checks import run_static
 from tritonforge.evaluation.sandbox.glue import classify_op
 from tritonforge.evaluation.sandbox.inductor_compat import classic_grid
@@ -28,20 +29,31 @@ from tritonforge.evaluation.sandbox.inductor_compat import classic_grid
 WRITTEN = {"numel": 10, "launched_on": True, "from_kernel": True}
 
 
-def trial(log, ops, launches=2):
+def wire(log, ops, launches=2):
+    """One trial's audit as the worker sends it."""
     return {
         "launches": launches,
         "launches_ok": launches,
         "snapshotted": launches,
         "wrote_any": True,
+        "kernels": ["k"],
         "ops": ops,
+        "glue": {},
+        "op_shapes": [],
         "compute_log": log,
         "violations": [],
+        "integrity": {"armed": "", "glue": ""},
     }
 
 
+def trial(log, ops, launches=2):
+    """The audit as the judge sees it: parsed once (judge/replies.py)."""
+    return replies._audit(wire(log, ops, launches))
+
+
 def rule(audit, mode="strict"):
-    hit = decide.decide_audit(audit, {"provenance": [WRITTEN]}, EvalSettings(mode=mode), False)
+    facts = trial_facts({"provenance": [WRITTEN]})
+    hit = decide.decide_audit(audit, facts, EvalSettings(mode=mode), False)
     return hit[0] if hit else None
 
 
@@ -68,9 +80,6 @@ def test_sum_then_div_is_an_epilogue_of_two() -> None:
         ([["aten::mm", True, 2]], {"aten::mm": 1}, "a matmul is not O(output)"),
         ([["aten::mean", True, 2]] * 3, {"aten::mean": 3}, "more than two ops"),
         ([["aten::mean", True, 2]], {"aten::mean": 1, "aten::linear": 1}, "the profiler saw more"),
-        ([["aten::mean", "yes", 2]], {"aten::mean": 1}, "malformed flag"),
-        ([["aten::mean", True]], {"aten::mean": 1}, "malformed entry"),
-        ("aten::mean", {"aten::mean": 1}, "not a list"),
         ([], {"aten::relu": 1}, "no log"),
     ],
 )
@@ -78,6 +87,22 @@ def test_not_an_epilogue(log, ops, why) -> None:
     a = trial(log, ops)
     assert decide.epilogue(a) == {}, why
     assert rule(a) == "torch_compute", why
+
+
+@pytest.mark.parametrize(
+    "log, why",
+    [
+        ([["aten::mean", "yes", 2]], "malformed flag"),
+        ([["aten::mean", True]], "malformed entry"),
+        ("aten::mean", "not a list"),
+        ([["aten::mean", True, -1]], "a negative count"),
+    ],
+)
+def test_a_malformed_log_does_not_parse(log, why) -> None:
+    """The worker's log is its word: one that does not parse is a protocol_violation (the
+    judge's CandidateRun.ask), not an audit to decide on."""
+    with pytest.raises(replies.ReplyError):
+        replies._audit(wire(log, {"aten::mean": 1}))
 
 
 def test_no_launch_means_no_epilogue() -> None:
@@ -127,20 +152,16 @@ def test_private_generators_allowed(line: str) -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "torch.manual_seed(42)",
-        "torch.random.manual_seed(42)",
-        "torch.cuda.manual_seed_all(42)",
         "s = torch.initial_seed()",
         "st = torch.default_generator.get_state()",
         "g = torch.default_generator",
         "torch.set_rng_state(torch.get_rng_state())",
-        "np.random.seed(0)",
-        "random.seed(0)",
         "random.setstate(random.getstate())",
         "ctx = torch.random.fork_rng()",
     ],
 )
-def test_global_rng_blocked_in_both_modes(line: str) -> None:
+def test_global_rng_reads_blocked_in_both_modes(line: str) -> None:
+    """Reading the global RNG stays refused; setting it is allowed (tests/unit/test_checks.py)."""
     for mode in ("strict", "hybrid"):
         r = run_static(SEED_SRC.format(line=line), mode)
         assert r.rule == "seed_probe", (line, mode, r.rule)

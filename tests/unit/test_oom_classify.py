@@ -8,8 +8,10 @@ import os
 import socket
 import time
 
+import pytest
 import torch
 
+from tritonforge.evaluation.judge import replies
 from tritonforge.evaluation.judge.admission import GIB, JudgeOutOfMemory
 from tritonforge.evaluation.judge.candidate import failure_verdict, judge_oom_verdict, oom_figures
 from tritonforge.evaluation.sandbox import protocol
@@ -71,7 +73,10 @@ def test_requested_bytes_and_figures() -> None:
         "out of device memory: tried to allocate 2.00 GiB; this process held 18.00 GiB "
         "(19.00 GiB reserved); device free 0.50 GiB of 140.00 GiB"
     )
-    assert oom_figures({"requested": "lots", "allocated": True}) == "out of device memory"
+    assert oom_figures({}) == "out of device memory"
+    with pytest.raises(replies.ReplyError):  # the figures are counts, or the reply is refused
+        replies.parse("run", {"ok": False, "status": "out_of_resources", "message": "",
+                              "memory": {"requested": "lots", "allocated": True}})  # fmt: skip
 
 
 def test_failure_verdict_carries_the_figures() -> None:
@@ -82,7 +87,7 @@ def test_failure_verdict_carries_the_figures() -> None:
         "message": TORCH_OOM,
         "memory": {"requested": 2 * GIB},
     }
-    v = failure_verdict(reply, "compile", False)
+    v = failure_verdict(replies.parse("run", reply), "compile", False)
     assert v.status is Status.OUT_OF_RESOURCES
     assert v.message.startswith("out of device memory: tried to allocate 2.00 GiB")
 

@@ -199,6 +199,16 @@ def test_model_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         check_model("k", "nobody-org/no-such-model")
 
 
+def test_hf_engine_takes_pause_mode_wait_or_keep(tmp_path: Path) -> None:
+    cfg = TrainRunConfig.model_validate({"run_dir": str(tmp_path / "r")})
+    for mode in ("wait", "keep"):
+        cfg.engine.pause_mode = mode
+        resolve_train(cfg)
+    cfg.engine.pause_mode = "abort"
+    with pytest.raises(PlanError, match=r"engine\.pause_mode: the hf engine takes wait or keep"):
+        resolve_train(cfg)
+
+
 def test_run_dir_must_be_a_folder(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
     with pytest.raises(PlanError, match="is not a folder"):

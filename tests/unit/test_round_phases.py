@@ -1,25 +1,29 @@
 """Diagnostics of timed rounds and of the judge's device lock: what a `time` reply reports about
-its trials (`parts_ms`, `loop_ms`, from the candidate's own process: untrusted) only adds
-numbers to the verdict's phases, never raises, whatever the reply holds; the judge lock's
+its trials (`parts_ms`, `loop_ms`) only adds numbers to the verdict's phases, and a reply
+whose fields are not what they must be does not parse (replies.py); the judge lock's
 counters add up holds, waits and hold times."""
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import defaultdict
 
-from tritonforge.evaluation.judge import gpu_lock
+import pytest
+
+from tritonforge.evaluation.judge import gpu_lock, replies
 from tritonforge.evaluation.judge.gpu_timing import _round_phases
 from tritonforge.evaluation.sandbox import timing_loop
 from tritonforge.evaluation.sandbox.protocol import TRIAL_PARTS
 
 
-def test_round_phases_sum_an_honest_reply() -> None:
-    phases: defaultdict[str, float] = defaultdict(float)
+def _time_reply(**fields):
+    """A `time` reply as a worker sends it, with `fields` in place of the defaults."""
     reply = {
+        "ok": True,
         "times_ms": [1.0, 2.0],
+        "host_ms": [1.5, 2.5],
+        "clock": "cuda_events",
         "loop_ms": 10.0,
         "lead_ms": 0.5,
         "first_lead_ms": 0.2,
@@ -27,9 +31,17 @@ def test_round_phases_sum_an_honest_reply() -> None:
         "parts_ms": {name: 1.0 for name in TRIAL_PARTS},
         "leads_ms": {"asked": 4.0, "device": 3.0, "enqueue": 2.0},
         "synced": True,
+        "launches": [1, 1],
+        "signatures": ["a", "a"],
+        "audit": {"violations": [], "launches_ok": 2, "integrity": {"armed": "", "glue": ""}},
     }
-    _round_phases(phases, 0.02, reply)
-    _round_phases(phases, 0.02, {**reply, "lead_ms": 0.25})
+    return {**reply, **fields}
+
+
+def test_round_phases_sum_an_honest_reply() -> None:
+    phases: defaultdict[str, float] = defaultdict(float)
+    _round_phases(phases, 0.02, replies.parse("time", _time_reply()))
+    _round_phases(phases, 0.02, replies.parse("time", _time_reply(lead_ms=0.25)))
     assert phases["round_requests"] == 0.04
     assert phases["round_loops"] == 0.02
     assert abs(phases["round_device"] - 0.006) < 1e-12
@@ -40,18 +52,28 @@ def test_round_phases_sum_an_honest_reply() -> None:
     assert phases["round_lead_enqueue"] == 0.004 and phases["round_synced"] == 2
 
 
-def test_round_phases_ignore_what_is_not_a_number() -> None:
-    phases: defaultdict[str, float] = defaultdict(float)
-    for junk in (None, "x", [1], {"a": 1}, True, float("nan")):
-        reply = {"times_ms": junk, "loop_ms": junk, "lead_ms": junk, "parts_ms": junk,
-                 "exposed": junk, "leads_ms": junk, "synced": junk}  # fmt: skip
-        _round_phases(phases, 0.01, reply)
-    _round_phases(phases, 0.01, {"parts_ms": {"flush": "1", "lead": None, "call": [2]}})
-    huge = 10**400  # beyond any float: skipped, never raised on
-    _round_phases(phases, 0.01, {"exposed": huge, "loop_ms": [huge, 1e308, 1e308],
-                                 "times_ms": [huge], "lead_ms": -1e308})  # fmt: skip
-    assert abs(phases["round_requests"] - 0.08) < 1e-12
-    assert all(isinstance(v, float) and math.isfinite(v) for v in phases.values())
+@pytest.mark.parametrize("junk", [None, "x", [1], {"a": 1}, True, float("nan"), 10**400, -1.0])
+@pytest.mark.parametrize("name", ["times_ms", "loop_ms", "lead_ms", "parts_ms", "exposed",
+                                  "leads_ms", "synced", "launches"])  # fmt: skip
+def test_a_time_reply_with_junk_does_not_parse(name: str, junk: object) -> None:
+    """What a `time` reply reports comes from the worker's process: a field that is not what
+    it must be is a ReplyError (the judge's `ask` makes it a protocol_violation), never a number
+    summed into the verdict and never an exception of the judge's."""
+    if (name, junk) in (("synced", True), ("launches", [1])):
+        return  # valid values
+    with pytest.raises(replies.ReplyError):
+        replies.parse("time", _time_reply(**{name: junk}))
+
+
+def test_a_time_reply_with_unknown_or_missing_fields_does_not_parse() -> None:
+    with pytest.raises(replies.ReplyError, match="unknown"):
+        replies.parse("time", _time_reply(verdict="correct"))
+    reply = _time_reply()
+    del reply["times_ms"]
+    with pytest.raises(replies.ReplyError, match="missing"):
+        replies.parse("time", reply)
+    with pytest.raises(replies.ReplyError, match="as many"):
+        replies.parse("time", _time_reply(host_ms=[1.0]))
 
 
 def test_trial_parts_cover_a_host_timed_trial() -> None:

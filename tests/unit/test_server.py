@@ -270,6 +270,10 @@ def test_metrics_and_devices(api):
     assert _sample(text, "tritonforge_eval_cache_hits_total") >= 1
     assert _sample(text, 'tritonforge_eval_request_seconds_count{endpoint="v1_eval"}') >= 2
     assert "tritonforge_eval_queue_depth 0.0" in text
+    # where a verdict's time goes, per phase (issue 32): the judge's phases of the real run
+    for phase in ("import", "compile", "correctness", "replay"):
+        assert _sample(text, f'tritonforge_eval_phase_seconds_count{{phase="{phase}"}}') >= 1
+    assert 'phase="round_' not in text  # diagnostics of timed rounds are not phases
     dev = api.get("/v1/devices").json()
     assert dev["devices"][0]["evaluated"] >= 1 and dev["devices"][0]["quarantined"] is False
     assert api.get("/health").json()["status"] == "ok"

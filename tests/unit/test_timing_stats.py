@@ -71,3 +71,12 @@ def test_speedup_cell() -> None:
 
 def test_short_line_shows_both_speedups() -> None:
     assert "speedup=2.00x vs_compile=0.50x" in _correct(2.0, 0.5).short()
+
+
+@pytest.mark.parametrize("name", sorted(REWARDS))
+def test_reward_is_finite_when_the_speedup_is_not(name: str) -> None:
+    """A NaN speedup counts as not measured; an infinite one is capped or not measured."""
+    unmeasured = compute_reward(_correct(None, None), name)
+    assert compute_reward(_correct(float("nan"), float("nan")), name) == pytest.approx(unmeasured)
+    infinite = compute_reward(_correct(float("inf"), float("inf")), name)
+    assert infinite in (pytest.approx(unmeasured), pytest.approx(2.3), pytest.approx(3.3))

@@ -229,10 +229,12 @@ def test_overlapping_regions_cannot_multiply_the_judges_copies() -> None:
     "facts",
     [None, 5, {"mutated": 5}, {"mutated": [[0]]}, {"mutated": [0, "a", True]}, {"aliased": []}],
 )
-def test_judge_merges_the_workers_mutation_report_defensively(facts: object) -> None:
+def test_a_malformed_mutation_report_does_not_parse(facts: object) -> None:
     # Regression (review): a malformed `mutated` from the worker raised TypeError in the judge,
-    # turning a candidate that did mutate its inputs into an internal_error.
-    from tritonforge.evaluation.judge.evaluator import merge_mutated
+    # turning a candidate that did mutate its inputs into an internal_error. The reply is now
+    # parsed once (judge/replies.py): such facts are a ReplyError (protocol_violation); the
+    # judge's own look at the shared buffer is merged into parsed facts only.
+    from tritonforge.evaluation.judge import replies
 
-    merged = merge_mutated(facts, [2])
-    assert 2 in merged["mutated"] and all(type(x) is int for x in merged["mutated"])
+    with pytest.raises(replies.ReplyError):
+        replies._facts(facts)

@@ -71,7 +71,12 @@ class EngineConfig(Section):
     backoff_s: float = Field(0.5, ge=0, description="First retry delay (doubles each attempt).")
     max_concurrency: int = Field(64, ge=1, description="HTTP: in-flight requests per endpoint.")
     pause_mode: Literal["wait", "abort", "keep"] = Field(
-        "wait", description="vllm: how /pause treats in-flight requests during a weight update."
+        "wait",
+        description="How a weight update treats generations in flight. vllm: the /pause mode. "
+        "hf: wait = between batches (a batch ends under the weights it began with); keep = "
+        "between decode steps (a running batch goes on under the new weights, its KV cache "
+        "kept; each token's logprob is the one it was sampled with, the sample keeps the "
+        "version it began with); abort is not supported by hf.",
     )
     health_recheck_s: float = Field(
         5.0, ge=0, description="balanced: retry an unhealthy endpoint after."

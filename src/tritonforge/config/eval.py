@@ -94,6 +94,15 @@ class EvalSettings(Section):
         description="hybrid mode: a candidate without a custom kernel definition is a reward "
         "hack (no_custom_kernel), as in the original TritonForge release; strict always requires one",
     )
+    replay_trials: int = Field(
+        2,
+        ge=1,
+        le=20,
+        description="Triton candidates: replays of the recorded kernel launches, alone in a "
+        "trusted replayer, on fresh hidden inputs; every one must reproduce the outputs "
+        "(positive evidence that the candidate's kernels did the work; the replay is what is "
+        "timed). A defense, the same under every preset",
+    )
     measure_performance: bool = Field(
         True, description="time on GPU (never on the CPU interpreter)"
     )
@@ -172,11 +181,6 @@ class EvalSettings(Section):
     )
     sandbox: Literal["auto", "namespaces", "rlimits"] = Field(
         "auto", description="auto: namespaces when the kernel allows them, else rlimits + warning"
-    )
-    sandbox_allow_root: bool = Field(
-        False,
-        description="rlimits sandbox: run candidates as root when `nobody` cannot reach the "
-        "interpreter (refused otherwise; every verdict then carries a warning)",
     )
     secret_seed: int | None = Field(
         None, description="base of hidden input seeds; None = random per judge"

@@ -25,6 +25,12 @@ class ScheduleConfig(Section):
     mode: Literal["sync", "async"] = "sync"
     max_staleness: int = Field(1, ge=0, description="async: oldest policy lag accepted")
     queue_batches: int = Field(2, ge=1, description="async: generated batches waiting at most")
+    rollouts_in_flight: int = Field(
+        1,
+        ge=1,
+        description="async: steps whose rollouts are collected at the same time (2: the next "
+        "step's episodes generate while this step's are judged); the staleness bound holds",
+    )
 
 
 class EvalPassConfig(Section):
@@ -62,6 +68,14 @@ class TrainRunConfig(RolloutSections):
         "auto", description="auto: in-memory for the in-process engine, saved weights otherwise"
     )
     save_rollouts: bool = Field(True, description="write each step's groups to RUN_DIR/rollouts/")
+    offline_fallback: str | None = Field(
+        None,
+        description="the policy where its hub id cannot be loaded here (not in the Hugging Face "
+        "cache and the hub offline or unreachable): an offline model by name "
+        "(training.offline_models: tiny, tiny-sft, qwen3-0.6b-shape; built on first use) or a "
+        "model folder; it replaces engine.model_path and the trainer's model paths that name "
+        "that hub id, and the run records it. None: such a run is refused",
+    )
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     anchor: SFTDataConfig | None = Field(
         None,

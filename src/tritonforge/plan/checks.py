@@ -154,6 +154,23 @@ def _in_hub_cache(repo_id: str) -> bool:
     return isinstance(found, str)
 
 
+def hub_unavailable(path: str) -> str | None:
+    """Why `path`, a Hugging Face hub id, cannot be loaded here (not in the cache, and the hub
+    offline or unreachable); None when it can, or when `path` is no hub id (a folder)."""
+    first = Path(path).parts[0] if Path(path).parts else ""
+    if not _HUB_ID.match(path) or Path(path).expanduser().exists() or Path(first).is_dir():
+        return None
+    if _in_hub_cache(path):
+        return None
+    if _offline():
+        return f"{path} is not in the Hugging Face cache and the hub is offline (HF_HUB_OFFLINE)"
+    from tritonforge.problems.kernelbench import _hub_reachable  # the one reachability probe
+
+    if not _hub_reachable():
+        return f"{path} is not in the Hugging Face cache and the hub cannot be reached"
+    return None
+
+
 def check_model(key: str, path: str, pending: Iterable[str] = ()) -> ModelRef:
     """Where model `path` (config key `key`) comes from; PlanError if it cannot be loaded."""
     p = Path(path).expanduser()
@@ -184,6 +201,8 @@ def check_engine(key: str, cfg: EngineConfig, pending: Iterable[str] = ()) -> Mo
     check_name(f"{key}.type", "engine", cfg.type, ENGINES)
     if cfg.type == "hf" and cfg.device.startswith("cuda"):
         check_gpu(f"{key}.device", f"device {cfg.device!r}")
+    if cfg.type == "hf" and cfg.pause_mode == "abort":
+        raise PlanError(f"{key}.pause_mode: the hf engine takes wait or keep, not abort")
     if cfg.type in ("vllm", "sglang"):
         check_url(f"{key}.url", cfg.url)
     if cfg.type == "balanced":

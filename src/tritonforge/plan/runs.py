@@ -12,6 +12,7 @@ training.loop, scale.driver).
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,6 +40,7 @@ from tritonforge.plan.checks import (
     check_name,
     check_run_dir,
     check_task,
+    hub_unavailable,
 )
 from tritonforge.plan.problems import load_checked, resolve_problems
 from tritonforge.types import Problem
@@ -123,7 +125,9 @@ def resolve_bench(cfg: BenchConfig) -> BenchPlan:
 
 @dataclass(frozen=True)
 class TrainPlan:
-    """An RL run, checked: episodes, the trainer's models, evaluation problems, the run dir."""
+    """An RL run, checked: episodes, the trainer's models, evaluation problems, the run dir;
+    `offline_model`: the offline model (training.offline_models) the run builds first, when
+    `offline_fallback` replaced the policy; `fallback_note` says what was replaced and why."""
 
     config: TrainRunConfig
     episodes: EpisodePlan
@@ -134,6 +138,8 @@ class TrainPlan:
     reference: ModelRef | None
     run_dir: Path
     ray: bool
+    offline_model: str | None = None
+    fallback_note: str | None = None
 
     @property
     def problems(self) -> list[Problem]:
@@ -162,9 +168,54 @@ def check_temperatures(cfg: TrainRunConfig) -> None:
         )
 
 
+_POLICY_KEYS = (
+    "engine.model_path",
+    "trainer.model.path",
+    "trainer.model.tokenizer_path",
+    "trainer.model.reference_path",
+)
+
+
+def _get(cfg: TrainRunConfig, key: str) -> str | None:
+    obj: object = cfg
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[return-value]
+
+
+def resolve_policy_fallback(cfg: TrainRunConfig) -> tuple[TrainRunConfig, str | None, str | None]:
+    """(cfg, offline model to build, note): with `offline_fallback` set, every policy path of
+    _POLICY_KEYS that names a hub id this machine cannot load is replaced by the fallback's
+    folder (an offline model's, built by the run, or a model folder). Nothing changes when
+    every path loads here, or when no fallback is set (the checks then refuse the run)."""
+    fallback = cfg.offline_fallback
+    if fallback is None:
+        return cfg, None, None
+    paths = {k: p for k in _POLICY_KEYS if (p := _get(cfg, k))}
+    reasons = {p: hub_unavailable(p) for p in set(paths.values())}  # one probe per path
+    why = {k: reasons[p] for k, p in paths.items() if reasons[p]}
+    if not why:
+        return cfg, None, None
+    from tritonforge.training.offline_models import OFFLINE_MODELS, offline_model_dir
+
+    if fallback in OFFLINE_MODELS:
+        folder, build = str(offline_model_dir(fallback)), fallback
+    else:
+        folder, build = check_model("offline_fallback", fallback).path, None
+    overrides = [f"{k}={json.dumps(folder)}" for k in why]
+    first = next(iter(why.values()))
+    note = f"offline_fallback {fallback} ({folder}) for {', '.join(why)}: {first}"
+    return with_overrides(cfg, overrides), build, note
+
+
 def resolve_train(cfg: TrainRunConfig, pending: Iterable[str] = (), ray: bool = False) -> TrainPlan:
     """Check everything an RL run needs, in the order a user reads the config."""
+    cfg, offline_model, fallback_note = resolve_policy_fallback(cfg)
     pending = tuple(pending)
+    if offline_model is not None:  # built by the run, before anything loads
+        from tritonforge.training.offline_models import offline_model_dir
+
+        pending += (str(offline_model_dir(offline_model)),)
     episodes = resolve_episodes(cfg, pending)
     check_buffer("buffer", cfg.buffer)
     model = cfg.trainer.model
@@ -195,8 +246,9 @@ def resolve_train(cfg: TrainRunConfig, pending: Iterable[str] = (), ray: bool = 
         _check_ray()
     run_dir = check_run_dir("run_dir", cfg.run_dir)
     return TrainPlan(
-        cfg, episodes, eval_problems, eval_sets, policy, tokenizer, reference, run_dir, ray
-    )
+        cfg, episodes, eval_problems, eval_sets, policy, tokenizer, reference, run_dir, ray,
+        offline_model, fallback_note,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

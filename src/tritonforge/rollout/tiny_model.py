@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
@@ -252,27 +253,23 @@ def _portable_tokenizer_config(path: Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
-def make_tiny_model(
-    out: str | Path = DEFAULT_TINY_MODEL_DIR, spec: TinyModelSpec | None = None
-) -> Path:
-    """Build tokenizer and model and save them to `out` (written to a temp dir, then renamed)."""
-    spec = spec or TinyModelSpec()
-    out = Path(out)
-    t0 = time.perf_counter()
+def tiny_tokenizer(vocab_size: int) -> tuple[Any, dict[str, int], list[str]]:
+    """The tiny tokenizer (wrapped), the ids of its control and reasoning tokens, its corpus."""
     texts = build_corpus()
-    tok = train_tokenizer(spec.vocab_size, texts)
-    fast = wrap_tokenizer(tok)
+    fast = wrap_tokenizer(train_tokenizer(vocab_size, texts))
     ids = {t: fast.convert_tokens_to_ids(t) for t in CONTROL_TOKENS + REASONING_TOKENS}
-    model = build_model(spec, len(fast), ids)
+    return fast, ids, texts
+
+
+def save_model_dir(out: Path, model: Any, tokenizer: Any, meta: dict[str, Any]) -> Path:
+    """Save `model` and `tokenizer` (Hugging Face format) and `meta` (tiny_model.json) to
+    `out`: written to a temporary folder beside it, then renamed over it."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         model.save_pretrained(tmp)
-        fast.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
         _portable_tokenizer_config(tmp / "tokenizer_config.json")
-        corpus_hash = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
-        meta = {"spec": spec.model_dump(), "corpus_sha256_16": corpus_hash, "vocab": len(fast)}
-        meta["token_ids"] = ids
         (tmp / "tiny_model.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         if out.exists():
             shutil.rmtree(out)
@@ -280,6 +277,22 @@ def make_tiny_model(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def make_tiny_model(
+    out: str | Path = DEFAULT_TINY_MODEL_DIR, spec: TinyModelSpec | None = None
+) -> Path:
+    """Build tokenizer and model and save them to `out` (written to a temp dir, then renamed)."""
+    spec = spec or TinyModelSpec()
+    out = Path(out)
+    t0 = time.perf_counter()
+    fast, ids, texts = tiny_tokenizer(spec.vocab_size)
+    model = build_model(spec, len(fast), ids)
+    corpus_hash = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
+    meta = {"spec": spec.model_dump(), "corpus_sha256_16": corpus_hash, "vocab": len(fast)}
+    meta["token_ids"] = ids
+    save_model_dir(out, model, fast, meta)
     params = sum(p.numel() for p in model.parameters())
     log.info(
         "tiny model saved",

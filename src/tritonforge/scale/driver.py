@@ -176,7 +176,8 @@ async def run_training_ray(
     A bare config is resolved into a plan first (nothing starts before it checks out).
     `engine_factory(EngineConfig) -> Engine` replaces `build_engine` in the rollout workers
     (an extension point; tests use a scripted engine). It travels to the workers by pickle."""
-    from tritonforge.training.loop import drive, open_run, write_summary
+    from tritonforge.training.assemble import open_run
+    from tritonforge.training.loop import drive, write_summary
 
     if isinstance(plan, TrainRunConfig):
         plan = resolve_train(plan, ray=True)

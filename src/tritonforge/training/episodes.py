@@ -5,18 +5,20 @@ report: pass rate (any turn correct), pass@turn1, pass@turn2 (correct at the fir
 turn), `repair_rate` = P(second turn correct | first turn not correct) with its denominator
 `repair_attempts` (every episode whose first turn was judged and not correct; one that ended
 before a second turn counts as not repaired), mean return of the first turn (`mean_reward`), best
-turn reward and the share of episodes where some turn compiled.
+turn reward and the share of episodes where some turn compiled; `speedup_geomean`, the geometric
+mean over episodes of the best timed speedup of a correct turn (None when none was timed).
 Does not cover: playing episodes (rollout.agent) or rollout-batch statistics during training
 (rollout.buffer_stages, which reports the same turn-level rates per step).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from tritonforge.types import Status, Trajectory, Turn
 
-__all__ = ["EPISODE_KEYS", "episode_stats", "turn_correct"]
+__all__ = ["EPISODE_KEYS", "episode_stats", "speedup_geomean", "turn_correct"]
 
 EPISODE_KEYS = (
     "episodes",
@@ -63,3 +65,13 @@ def episode_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
         )
         / n,
     }
+
+
+def speedup_geomean(trajs: Sequence[Trajectory]) -> float | None:
+    """Geometric mean, over the episodes with a correct timed turn, of its best speedup."""
+    best = [
+        max(x.verdict.speedup for x in t.turns if turn_correct(x) and x.verdict.speedup)
+        for t in trajs
+        if any(turn_correct(x) and x.verdict.speedup for x in t.turns)
+    ]
+    return math.exp(sum(math.log(b) for b in best) / len(best)) if best else None

@@ -1,14 +1,17 @@
 """The RL driver: rollouts -> buffer -> trainer update -> weights to the engine, repeated.
 
 Covers: `run_training(cfg)` with the synchronous schedule (generate with the newest weights, then
-train) and the asynchronous one (generation of the next batch overlaps training; samples more
-than `max_staleness` policy versions old are dropped), weight pushes after every update (in
-memory for the in-process engine, versioned HF dirs otherwise), before/after measurement on fixed
-problems with the same sampling seed, per-step rollouts saved, checkpoints with the driver's own
-state (step, RNG), and the run summary. `run_training` takes a checked `plan.TrainPlan` (a bare
-config is resolved first, so nothing loads before every name, path and problem is known good),
-builds the pieces, then `drive` runs the job; the Ray driver (tritonforge.scale.driver) calls
-`drive` with actor-backed pieces. The pieces are typed by training.pieces' Protocols.
+train) and the asynchronous one (generation of the next batch overlaps training, and with
+`rollouts_in_flight` > 1 the next step's episodes generate while this step's are judged; no
+batch starts before the trainer is within `max_staleness` versions of it), weight pushes after
+every update (in memory for the in-process engine: a tensor copy on its device; versioned HF
+dirs otherwise), before/after measurement on fixed problems with the same sampling seed,
+per-step rollouts saved, checkpoints with the driver's own state (step, RNG), each step's split
+of wall time (training.accounting) in its metrics row, and the run summary. `run_training` takes
+a checked `plan.TrainPlan` (a bare config is resolved first, so nothing loads before every name,
+path and problem is known good), builds the pieces (`build_pieces`), then `drive` runs the job;
+the Ray driver (tritonforge.scale.driver) calls `drive` with actor-backed pieces. The pieces are
+typed by training.pieces' Protocols.
 Does not cover: the pieces themselves (agent, buffer, trainer) or the HTML report.
 """
 
@@ -18,17 +21,19 @@ import asyncio
 import json
 import random
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from tritonforge.config import save_config
 from tritonforge.config.run import TrainRunConfig
 from tritonforge.logging_setup import get_logger
 from tritonforge.plan.runs import TrainPlan, resolve_train
 from tritonforge.rollout.buffer import RolloutBuffer, save_groups
-from tritonforge.rollout.engines.base import Engine, build_engine
-from tritonforge.rollout.runner import build_agent, build_eval_backend, collect
-from tritonforge.training.episodes import episode_stats
+from tritonforge.rollout.engines.base import Engine
+from tritonforge.rollout.runner import collect
+from tritonforge.training.accounting import LoopAccounting, aggregate
+from tritonforge.training.assemble import build_pieces
+from tritonforge.training.episodes import episode_stats, speedup_geomean
 from tritonforge.training.pieces import EpisodeRunner, MetricsSink, PolicyTrainer, StateDictEngine
 from tritonforge.types import Group, Problem
 
@@ -102,17 +107,31 @@ class _Driver:
         problems: list[Problem],
         logger: MetricsSink,
         run_dir: Path,
+        accounting: LoopAccounting | None = None,
     ):
         self.cfg, self.trainer, self.agent, self.problems = cfg, trainer, agent, problems
-        self.logger, self.run_dir = logger, run_dir
+        self.logger, self.run_dir, self.accounting = logger, run_dir, accounting
         self.rng = random.Random(cfg.seed)
         self.start_step = 0
         self.trained_steps = 0  # batches consumed by the trainer in this run (async gate)
         self.history: list[dict[str, float]] = []
 
-    async def generate(self, step: int) -> tuple[list[Group], dict[str, float], float]:
-        k = min(self.cfg.problems_per_step, len(self.problems))
-        batch = self.rng.sample(self.problems, k)
+    def _span(self, kind: str) -> AbstractContextManager[Any]:
+        return self.accounting.span(kind) if self.accounting is not None else nullcontext()
+
+    def _train(self, fresh: list[Any]) -> Any:
+        """One update, holding the judge's device gate (shared) when it shares the GPU."""
+        hold = self.accounting.share.hold() if self.accounting is not None else nullcontext()
+        with hold:
+            return self.trainer.train_step(fresh)
+
+    def sample_batch(self) -> list[Problem]:
+        return self.rng.sample(self.problems, min(self.cfg.problems_per_step, len(self.problems)))
+
+    async def generate(
+        self, step: int, batch: list[Problem] | None = None
+    ) -> tuple[list[Group], dict[str, float], float]:
+        batch = batch if batch is not None else self.sample_batch()
         buffer = RolloutBuffer(self.cfg.buffer)
         t0 = time.monotonic()
         await collect(
@@ -147,16 +166,23 @@ class _Driver:
                 row[k] = v
         episodes = episode_stats(trajs)
         row["pass_turn1"], row["repair"] = episodes["first_turn_pass"], episodes["repair_rate"]
+        speedup = speedup_geomean(trajs)
+        if speedup is not None:
+            row["speedup"] = speedup
         if fresh:
-            m = await asyncio.to_thread(self.trainer.train_step, fresh)
+            with self._span("train"):
+                m = await asyncio.to_thread(self._train, fresh)
             stats_row = m.as_dict()
             stats_row["policy_version"] = stats_row.pop("step")  # the row's step is the driver's
             row.update(stats_row)
-            row["push_s"] = await push_weights(
-                self.agent.engine, self.trainer, self.cfg.weight_sync
-            )
+            with self._span("sync"):
+                row["push_s"] = await push_weights(
+                    self.agent.engine, self.trainer, self.cfg.weight_sync
+                )
         else:
             log.warning("step %d: no trainable samples (all groups dropped or stale)", step)
+        if self.accounting is not None:
+            row.update(self.accounting.step_fields())
         self.history.append(row)
         self.logger.log(step, row)
         if self.trainer.should_checkpoint():
@@ -164,34 +190,52 @@ class _Driver:
 
     async def run(self) -> None:
         steps = range(self.start_step, self.cfg.steps)
+        if self.accounting is not None:
+            self.accounting.start()
         if self.cfg.schedule.mode == "sync":
             for step in steps:
                 groups, stats, gen_s = await self.generate(step)
                 await self.train_on(step, groups, stats, gen_s)
             return
-        queue: asyncio.Queue = asyncio.Queue(maxsize=self.cfg.schedule.queue_batches)
+        sched = self.cfg.schedule
+        queue: asyncio.Queue = asyncio.Queue(maxsize=sched.queue_batches)  # tasks, in step order
+        slots = asyncio.Semaphore(sched.rollouts_in_flight)
         trained = asyncio.Condition()
-        lag = self.cfg.schedule.max_staleness
-        first = self.start_step
+        first, tasks = self.start_step, set()
+
+        async def collect_one(step: int, batch: list[Problem]) -> tuple:
+            try:
+                return (step, *await self.generate(step, batch))
+            finally:
+                slots.release()
 
         async def produce() -> None:
             for step in steps:
                 # bounded staleness by construction: batch k is generated only once the trainer
                 # has finished batch k - 1 - max_staleness, so no sample arrives too old
                 async with trained:
-                    await trained.wait_for(lambda s=step: s - first - self.trained_steps <= lag)
-                await queue.put((step, *await self.generate(step)))
+                    await trained.wait_for(
+                        lambda s=step: s - first - self.trained_steps <= sched.max_staleness
+                    )
+                await slots.acquire()
+                task = asyncio.create_task(collect_one(step, self.sample_batch()))
+                tasks.add(task)
+                await queue.put(task)
 
         producer = asyncio.create_task(produce())
         try:
             for _ in steps:
-                step, groups, stats, gen_s = await queue.get()
+                task = await queue.get()
+                step, groups, stats, gen_s = await task
+                tasks.discard(task)
                 await self.train_on(step, groups, stats, gen_s)
                 async with trained:
                     self.trained_steps += 1
                     trained.notify_all()
         finally:
             producer.cancel()
+            for task in tasks:
+                task.cancel()
 
 
 async def run_training(plan: TrainPlan | TrainRunConfig) -> dict[str, Any]:
@@ -201,71 +245,27 @@ async def run_training(plan: TrainPlan | TrainRunConfig) -> dict[str, Any]:
     and trainer built and the run dir created."""
     if isinstance(plan, TrainRunConfig):
         plan = resolve_train(plan)
-    cfg = plan.config
-    from transformers import AutoTokenizer
-
-    from tritonforge.training.reproducible import make_reproducible
-    from tritonforge.training.rl import RLTrainer
-
-    if cfg.deterministic or cfg.threads is not None:
-        make_reproducible(cfg.seed, cfg.threads, cfg.deterministic)
-    _build_tiny_models(plan)
-    tokenizer = AutoTokenizer.from_pretrained(plan.tokenizer.path)
-    engine = build_engine(cfg.engine)
-    backend = build_eval_backend(cfg.eval)
-    run_dir, logger = open_run(plan)
+    pieces = await build_pieces(plan)
     try:
-        trainer = RLTrainer(cfg.trainer, tokenizer=tokenizer, run_dir=run_dir)
-        if cfg.anchor is not None:
-            trainer.anchors = anchor_sequences(cfg.anchor, tokenizer)
-        agent = build_agent(engine, tokenizer, cfg.task, cfg.agent, backend, cfg.eval)
-        return await drive(plan, trainer, agent, logger)
+        return await drive(plan, pieces.trainer, pieces.agent, pieces.logger, pieces.accounting)
     finally:
-        logger.close()
-        await engine.aclose()
-        await backend.aclose()
-
-
-def anchor_sequences(data: Any, tokenizer: Any) -> list[Any]:
-    """The step guard's anchors: the SFT data of `data` (an SFTDataConfig) as TrainSequences."""
-    from tritonforge.training.batching import TrainSequence
-    from tritonforge.training.sft_data import build_sft_dataset
-
-    examples = build_sft_dataset(data, tokenizer).examples
-    return [TrainSequence(e.token_ids, e.loss_mask, index=i) for i, e in enumerate(examples)]
-
-
-def _build_tiny_models(plan: TrainPlan) -> None:
-    """The tiny model, where the plan uses it and it is not built yet."""
-    refs = [plan.policy, plan.tokenizer, plan.episodes.engine_model]
-    if any(ref.source == "tiny" for ref in refs):
-        from tritonforge.rollout.tiny_model import ensure_tiny_model
-
-        for ref in {r.path for r in refs if r.source == "tiny"}:
-            ensure_tiny_model(ref)
-
-
-def open_run(plan: TrainPlan) -> tuple[Path, MetricsSink]:
-    """Create RUN_DIR, save the resolved config there, open the metrics logger."""
-    from tritonforge.training.metrics import MetricsLogger
-
-    cfg = plan.config
-    plan.run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, plan.run_dir / "config.json")
-    return plan.run_dir, MetricsLogger(
-        plan.run_dir, cfg.trainer.logging, run_config=cfg.model_dump(mode="json")
-    )
+        await pieces.aclose()
 
 
 async def drive(
-    plan: TrainPlan, trainer: PolicyTrainer, agent: EpisodeRunner, logger: MetricsSink
+    plan: TrainPlan,
+    trainer: PolicyTrainer,
+    agent: EpisodeRunner,
+    logger: MetricsSink,
+    accounting: LoopAccounting | None = None,
 ) -> dict[str, Any]:
     """The job once its pieces exist: resume, measure before, the steps, measure after, summary.
 
-    Shared by `run_training` (an RLTrainer and an Agent in this process) and the Ray driver
-    (tritonforge.scale.driver: a TrainerGroup and a RayAgent with the same interfaces)."""
+    Shared by `run_training` (an RLTrainer and an Agent in this process, with `accounting`)
+    and the Ray driver (tritonforge.scale.driver: a TrainerGroup and a RayAgent with the same
+    interfaces; no accounting)."""
     cfg, run_dir = plan.config, plan.run_dir
-    driver = _Driver(cfg, trainer, agent, plan.problems, logger, run_dir)
+    driver = _Driver(cfg, trainer, agent, plan.problems, logger, run_dir, accounting)
     resumed = trainer.resume() if cfg.trainer.checkpoint.resume else None
     summary_path = run_dir / "summary.json"
     summary: dict[str, Any] = (
@@ -299,8 +299,15 @@ async def drive(
             "policy_version": trainer.policy_version,
             "train_seconds": round(time.monotonic() - t0, 1),
             "history": summary.get("history", []) + driver.history,
+            "policy": {
+                "engine": cfg.engine.model_path,
+                "trainer": cfg.trainer.model.path,
+                "fallback": plan.fallback_note,
+            },
         }
     )
+    if accounting is not None:
+        summary["accounting"] = {**accounting.summary(), **aggregate(driver.history)}
     if cfg.trainer.checkpoint.save_final:
         trainer.checkpoint(extra={"driver_step": cfg.steps, "rng": driver.rng.getstate()})
     write_summary(summary_path, summary)

@@ -7,7 +7,9 @@ enabled, W&B if a project is set; both imported lazily) and `to_floats`.
 Does not cover: computing the metrics (trainers, buffer) or plots and reports.
 
 Line example: `step 12 | loss 0.1234 | reward 0.41 | pass 0.38 | kl 0.0012 | clip 0.08 |
-gnorm 1.23 | tok/s 1540 | lr 1.0e-05` (printed through the `tritonforge.train` logger).
+gnorm 1.23 | tok/s 1540 | lr 1.0e-05 | time 0.91s | wall 6.2s | gen 5.1s | judge 4.0s | timing
+0.8s | train 0.9s | sync 0.01s | idle 0.2s | gpu 0.74 | gen tok/s 2210 | verdicts/min 93.0 | mem
+21.3G` (printed through the `tritonforge.train` logger).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ LINE_FIELDS: list[tuple[str, str, str]] = [
     ("loss", "loss", "{:.4f}"),
     ("reward", "reward", "{:.2f}"),
     ("pass", "pass", "{:.2f}"),
+    ("speedup", "speedup", "{:.2f}x"),
     ("repair", "repair", "{:.2f}"),
     ("kl", "kl", "{:.4f}"),
     ("clip_fraction", "clip", "{:.2f}"),
@@ -40,6 +43,18 @@ LINE_FIELDS: list[tuple[str, str, str]] = [
     ("tokens_per_s", "tok/s", "{:.0f}"),
     ("lr", "lr", "{:.1e}"),
     ("time_s", "time", "{:.2f}s"),
+    # where the step's wall time went (training.accounting; stages overlap in the async schedule)
+    ("wall_s", "wall", "{:.1f}s"),
+    ("generate_s", "gen", "{:.1f}s"),
+    ("judge_s", "judge", "{:.1f}s"),
+    ("judge_timing_s", "timing", "{:.1f}s"),
+    ("train_s", "train", "{:.1f}s"),
+    ("sync_s", "sync", "{:.2f}s"),
+    ("idle_s", "idle", "{:.1f}s"),
+    ("gpu_busy", "gpu", "{:.2f}"),
+    ("gen_tokens_per_s", "gen tok/s", "{:.0f}"),
+    ("verdicts_per_min", "verdicts/min", "{:.1f}"),
+    ("gpu_mem_peak_gib", "mem", "{:.1f}G"),
 ]
 
 

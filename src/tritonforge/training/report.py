@@ -17,20 +17,30 @@ from typing import Any
 
 from tritonforge.training.episodes import EPISODE_KEYS
 
-CURVES = [
-    ("reward", "mean reward (rollouts)"),
-    ("pass", "pass rate (rollouts)"),
-    ("repair", "repair rate (rollouts)"),
-    ("guard_scale", "step guard: share of the step kept"),
-    ("loss", "loss"),
-    ("kl", "KL to reference"),
-    ("clip_fraction", "clip fraction"),
-    ("entropy", "entropy"),
-    ("logprob_gap", "rollout-vs-train logprob gap"),
-    ("grad_norm", "grad norm"),
-    ("zero_variance", "zero-variance group share"),
-    ("tokens_per_s", "train tokens/s"),
-    ("gen_s", "rollout seconds"),
+_SPLIT = ("wall_s", "generate_s", "judge_s", "judge_queue_s", "judge_correctness_s",
+          "judge_timing_s", "judge_unsplit_s", "train_s", "sync_s", "idle_s")  # fmt: skip
+# (file name, title, metric keys): one plot each, one line per key (and per run)
+CURVES: list[tuple[str, str, tuple[str, ...]]] = [
+    ("reward", "mean reward (rollouts)", ("reward",)),
+    ("pass", "pass rate (rollouts)", ("pass",)),
+    ("speedup", "speedup of correct turns (geomean, rollouts)", ("speedup",)),
+    ("repair", "repair rate (rollouts)", ("repair",)),
+    ("split", "where each step's wall time goes (s; stages overlap)", _SPLIT),
+    ("gpu_busy", "GPU busy fraction (NVML)", ("gpu_busy",)),
+    ("wall_over_slowest", "step wall / its slowest stage", ("wall_over_slowest",)),
+    ("gen_tokens_per_s", "generation tokens/s", ("gen_tokens_per_s",)),
+    ("verdicts_per_min", "verdicts per minute", ("verdicts_per_min",)),
+    ("memory", "memory peaks (GiB)", ("gpu_mem_peak_gib", "device_mem_peak_gib", "host_rss_gib")),
+    ("guard_scale", "step guard: share of the step kept", ("guard_scale",)),
+    ("loss", "loss", ("loss",)),
+    ("kl", "KL to reference", ("kl",)),
+    ("clip_fraction", "clip fraction", ("clip_fraction",)),
+    ("entropy", "entropy", ("entropy",)),
+    ("logprob_gap", "rollout-vs-train logprob gap", ("logprob_gap",)),
+    ("grad_norm", "grad norm", ("grad_norm",)),
+    ("zero_variance", "zero-variance group share", ("zero_variance",)),
+    ("tokens_per_s", "train tokens/s", ("tokens_per_s",)),
+    ("gen_s", "rollout seconds", ("gen_s",)),
 ]
 
 
@@ -50,30 +60,38 @@ def _png(fig: Any) -> str:
 def plot_curves(
     series: dict[str, list[dict[str, float]]], plots_dir: Path | None = None
 ) -> list[tuple[str, str]]:
-    """One small plot per metric present in any series; returns [(title, base64 png)]."""
+    """One small plot per entry of CURVES with data in any series (a line per key and run);
+    returns [(title, base64 png)]."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out = []
-    for key, title in CURVES:
-        if not any(key in row for rows in series.values() for row in rows):
+    for name, title, keys in CURVES:
+        lines = [
+            (
+                f"{run}: {key}" if len(series) > 1 else key,
+                [(r["step"], r[key]) for r in rows if key in r],
+            )
+            for run, rows in series.items()
+            for key in keys
+        ]
+        lines = [(label, pts) for label, pts in lines if pts]
+        if not lines:
             continue
         fig, ax = plt.subplots(figsize=(4.2, 2.8))
-        for name, rows in series.items():
-            pts = [(r["step"], r[key]) for r in rows if key in r]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=name)
+        for label, pts in lines:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
-        if len(series) > 1:
-            ax.legend(fontsize=7)
+        if len(lines) > 1:
+            ax.legend(fontsize=6)
         fig.tight_layout()
         data = _png(fig)
         if plots_dir is not None:
             plots_dir.mkdir(parents=True, exist_ok=True)
-            fig.savefig(plots_dir / f"{key}.png", dpi=110)
+            fig.savefig(plots_dir / f"{name}.png", dpi=110)
         plt.close(fig)
         out.append((title, data))
     return out
@@ -113,6 +131,22 @@ def before_after(summary: dict[str, Any]) -> str:
         "its denominator.</p>"
     )
     return "\n".join(parts)
+
+
+def accounting_table(summary: dict[str, Any]) -> str:
+    """The run's split of step time (training.accounting.aggregate) and GPU busy fraction."""
+    acc = summary.get("accounting") or {}
+    if not acc.get("steps_counted"):
+        return "<p>No accounting in this run.</p>"
+    busy = acc.get("gpu_busy_fraction")
+    rows = [[f"mean {k} (s)", v] for k, v in (acc.get("mean_s") or {}).items()]
+    rows += [
+        ["step wall / slowest stage (median)", acc.get("step_over_slowest_stage")],
+        ["GPU busy fraction", busy if busy is not None else acc.get("gpu_busy_reason") or "-"],
+        ["timing gate held by", acc.get("timing_gate") or "none (the judge does not share it)"],
+    ]
+    counted = f"steps from {acc.get('first_step_counted', 0)} ({acc['steps_counted']} steps)"
+    return f"<p>Over {html.escape(counted)}:</p>" + _table(rows, ["figure", "value"])
 
 
 def sample_trajectories(run_dir: Path, n: int = 3) -> str:
@@ -159,6 +193,7 @@ def write_report(run_dir: str | Path) -> Path:
     )
     page = f"<html><head><meta charset=utf-8><title>{html.escape(run_dir.name)}</title>{_STYLE}</head><body>"
     page += f"<h1>Run {html.escape(run_dir.name)}</h1><h2>Before and after RL (same problems, same seed)</h2>{before_after(summary)}"
+    page += f"<h2>Where the time goes</h2>{accounting_table(summary)}"
     page += f"<h2>Curves</h2>{imgs or '<p>no metrics</p>'}<h2>Sample trajectories</h2>{sample_trajectories(run_dir)}</body></html>"
     out = run_dir / "report.html"
     out.write_text(page)

@@ -26,6 +26,14 @@ holders it found and, where memory that cannot be trimmed at once (a reference p
 timing process, a trim skipped while that process is busy) keeps resident bytes above the
 pinned floor, for backfills granted meanwhile; no new backfill starts once only backfills stand
 in its way, so the wait stays bounded.
+Across processes (`host`, host_ledger.HostLedger: several judging processes on one GPU), the
+outer layer: a grant also needs room next to what the other live processes hold (their
+reservations and resident bytes, published in the ledger), is written to the ledger in the same
+session that checks it, and yields to another process's head that has waited longer and would
+no longer fit (this process then trims its caches for it); a process's heads publish what they
+wait for, and a watch thread of each process publishes its resident bytes every second and trims
+its caches when another process's head waits for their room (an idle judge does too). Another process's bytes are never a reason for `DoesNotFit` unless they cannot be
+evicted (its pinned bytes).
 Does not cover: measuring footprints (reference.py), who calls it (evaluator.py), the order
 in which a batch submits its jobs (evaluation/batch_order.py), the service queue
 (service/service.py).
@@ -41,6 +49,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tritonforge.evaluation.judge.compare import CHUNK
+from tritonforge.evaluation.judge.host_ledger import HostLedger, LedgerView, Others
+from tritonforge.logging_setup import get_logger
+
+log = get_logger("evaluation.admission")
 
 GIB = 1 << 30
 L2_FLUSH_BYTES = 256 << 20  # each timing process's flush buffer (sandbox/timing_loop.py)
@@ -159,8 +171,10 @@ class DeviceBudget:
         poll_s: float = 0.25,
         backfill: bool = True,
         stuck_s: float = 20.0,
+        host: HostLedger | None = None,
     ):
         self.device, self.capacity, self.backfill = device, capacity, backfill
+        self.host = host  # the other processes on this device (None: this process only)
         self.stuck_s = stuck_s  # how long caches may stay over a lone head before DoesNotFit
         self._stuck: dict[int, float] = {}  # head ticket -> when trimming first fell short alone
         self._resident, self._pinned, self._trim = resident, pinned, trim
@@ -177,6 +191,9 @@ class DeviceBudget:
         self.granted = 0
         self.backfills = 0
         self.trims = 0
+        self._closed = threading.Event()
+        if host is not None:  # keep the ledger fresh and give room to other processes' heads
+            threading.Thread(target=self._watch, name=f"ledger-{device}", daemon=True).start()
 
     @property
     def reserved(self) -> int:
@@ -184,9 +201,51 @@ class DeviceBudget:
             return sum(self._held.values())
 
     @contextmanager
+    def _ledger(self, usage: tuple[int, int] | None = None) -> Iterator[LedgerView | None]:
+        """A session of the host ledger (None without one), this process's (resident, pinned)
+        bytes published first (`usage`, measured by the caller without a lock held)."""
+        if self.host is None:
+            yield None
+            return
+        with self.host.session() as view:
+            if usage is not None:
+                view.resident(*usage)
+            yield view
+
+    def _usage(self) -> tuple[int, int] | None:
+        """(resident, pinned) bytes of this process, for the ledger (call without the lock)."""
+        return (self._resident(), self._pinned()) if self.host is not None else None
+
+    def close(self) -> None:
+        """Stop the ledger watch (the process's entry goes when the process does)."""
+        self._closed.set()
+
+    def _watch(self, period_s: float = 1.0) -> None:
+        """While this process lives: publish its resident bytes every `period_s`, and when
+        another process's head waits for room that this process's caches hold, trim them
+        (an idle judge keeps no cache another process needs)."""
+        while not self._closed.wait(period_s):
+            try:
+                ext = self._others()
+                need = max((b for b, _ in ext.waiting), default=0)
+                held = self.reserved
+                if need and self._resident() + held + ext.total + need > self.capacity:
+                    self._trim(max(0, self.capacity - held - ext.total - need))
+                    self.trims += 1
+            except Exception as exc:  # a bad moment of the ledger must not end the watch
+                log.warning("ledger watch of %s: %s", self.device, exc)
+
+    def _others(self) -> Others:
+        """The other processes' bytes on this device (none without a ledger)."""
+        if self.host is None:
+            return Others()
+        with self._ledger(self._usage()) as view:
+            return view.others() if view is not None else Others()
+
+    @contextmanager
     def reserve(self, nbytes: int, alone: bool = False) -> Iterator[Grant]:
         """Hold `nbytes` (with `alone`, everything); yields the Grant."""
-        floor = self._pinned()
+        floor = self._pinned() + self._others().pinned
         if nbytes > self.capacity - floor:
             raise DoesNotFit(nbytes, self.capacity - floor, self.capacity, self.device)
         t0 = time.monotonic()
@@ -198,7 +257,7 @@ class DeviceBudget:
             if len(self._queue) == 1:
                 self._new_head()
         try:
-            self._wait_turn(ticket, nbytes, alone)
+            self._wait_turn(ticket, nbytes, alone, time.time())
         except BaseException:
             with self._cond:
                 was_head = self._queue[0] == ticket
@@ -208,6 +267,10 @@ class DeviceBudget:
                 if was_head:
                     self._new_head()
                 self._cond.notify_all()
+            if was_head:
+                with self._ledger() as view:
+                    if view is not None:
+                        view.waiting(None)
             raise
         grant = Grant(time.monotonic() - t0, ticket, self)
         try:
@@ -219,6 +282,9 @@ class DeviceBudget:
                 self._blockers.discard(ticket)
                 self._backfilled.pop(ticket, None)
                 self._cond.notify_all()
+            with self._ledger(self._usage()) as view:
+                if view is not None:
+                    view.drop(ticket)
 
     def crowded(self, ticket: int) -> bool:
         """Another reservation was held at some time while `ticket` was."""
@@ -246,76 +312,97 @@ class DeviceBudget:
         self.peak_reserved = max(self.peak_reserved, sum(self._held.values()))
         self._cond.notify_all()
 
-    def _wait_turn(self, ticket: int, nbytes: int, alone: bool) -> None:
+    def _wait_turn(self, ticket: int, nbytes: int, alone: bool, since: float) -> None:
         while True:
             floor = self._pinned()
+            ext = self._others()
             with self._cond:
                 head = self._queue[0] == ticket
                 others = sum(self._held.values())
-                may_backfill = not head and self._may_backfill(ticket, floor)
+                may_backfill = not head and self._may_backfill(ticket, floor, ext.total)
             if head and not (alone and others):
-                want = self.capacity - floor if alone else nbytes
-                if self._try_grant(ticket, want, others, alone):
+                want = self.capacity - floor - ext.pinned if alone else nbytes
+                if self._try_grant(ticket, want, others, alone, since):
                     return
-            elif may_backfill and self._try_backfill(ticket, nbytes, floor):
+            elif may_backfill and self._try_backfill(ticket, nbytes, floor, since):
                 return
             with self._cond:
                 self._cond.wait(self.poll_s)
 
-    def _try_grant(self, ticket: int, want: int, others: int, alone: bool) -> bool:
-        """The head's turn: trim caches to make room, grant when it fits."""
-        if self._resident() + others + want > self.capacity:
-            self._trim(max(0, self.capacity - others - want))  # evict caches
+    def _try_grant(self, ticket: int, want: int, others: int, alone: bool, since: float) -> bool:
+        """The head's turn: trim caches to make room, grant when it fits (next to the other
+        processes' bytes, and leaving room for another process's head that waited longer)."""
+        ext = self._others()
+        if self._resident() + others + ext.total + want > self.capacity:
+            self._trim(max(0, self.capacity - others - ext.total - want))  # evict caches
             self.trims += 1
-        resident = self._resident()
-        with self._cond:
+        resident, usage = self._resident(), self._usage()
+        with self._cond, self._ledger(usage) as view:
+            ext = view.others() if view is not None else Others()
             others = sum(self._held.values())  # a backfill may have been granted meanwhile
-            if resident + others + want <= self.capacity or (alone and not others):
+            need = resident + others + ext.total + want
+            earlier = ext.ahead(since)
+            yields = earlier > 0 and need + earlier > self.capacity
+            nobody = others + ext.reserved == 0  # no reservation held anywhere
+            if not yields and (need <= self.capacity or (alone and nobody)):
+                if view is not None:
+                    view.hold(ticket, want)
+                    view.waiting(None)
                 self._grant(ticket, want)
                 return True
-        if not others:  # no reservation to wait for, but caches over what this head needs
-            # they may be held for a moment (a trim skipped while the timing process answers
-            # another thread, a model still referenced by an evaluation that just ended): try
-            # again for `stuck_s` before saying it does not fit
+            if view is not None:
+                view.waiting(want, since)
+        if yields:  # another process's head goes first: make room for it
+            self._trim(max(0, self.capacity - others - ext.total - earlier))
+        elif nobody:  # no reservation to wait for, but caches over this
+            # head's need: they may be held for a moment (a trim skipped while the timing
+            # process answers another thread, a model still referenced by an evaluation that
+            # just ended): try again for `stuck_s` before saying it does not fit
             first = self._stuck.setdefault(ticket, time.monotonic())
             if time.monotonic() - first >= self.stuck_s:
                 self._stuck.pop(ticket, None)
                 raise DoesNotFit(want, self.capacity - resident, self.capacity, self.device)
         return False
 
-    def _backfillable(self, ticket: int, floor: int) -> bool:
+    def _backfillable(self, ticket: int, floor: int, external: int) -> bool:
         """`ticket` (queued behind the head) may pass it now, caches trimmed (lock held)."""
         nbytes, alone = self._want[ticket]
         need, head_alone = self._want[self._queue[0]]
         if alone or head_alone or not self._blockers:
             return False
         room = self.capacity - floor
-        fits_now = sum(self._held.values()) + nbytes <= room
+        fits_now = sum(self._held.values()) + external + nbytes <= room
         return fits_now and sum(self._backfilled.values()) + nbytes + need <= room
 
-    def _may_backfill(self, ticket: int, floor: int) -> bool:
+    def _may_backfill(self, ticket: int, floor: int, external: int) -> bool:
         """`ticket` may be backfilled and no request ahead of it (behind the head) may (lock held)."""
-        if not self.backfill or not self._backfillable(ticket, floor):
+        if not self.backfill or not self._backfillable(ticket, floor, external):
             return False
         for earlier in self._queue:
             if earlier == ticket:
                 return True
-            if earlier != self._queue[0] and self._backfillable(earlier, floor):
+            if earlier != self._queue[0] and self._backfillable(earlier, floor, external):
                 return False
         return False
 
-    def _try_backfill(self, ticket: int, nbytes: int, floor: int) -> bool:
+    def _try_backfill(self, ticket: int, nbytes: int, floor: int, since: float) -> bool:
         """Pass the head: trim caches if need be, grant if the rule still holds."""
         others = self.reserved
-        if self._resident() + others + nbytes > self.capacity:
-            self._trim(max(0, self.capacity - others - nbytes))
+        ext = self._others()
+        if self._resident() + others + ext.total + nbytes > self.capacity:
+            self._trim(max(0, self.capacity - others - ext.total - nbytes))
             self.trims += 1
-        resident = self._resident()
-        with self._cond:
-            if not self._may_backfill(ticket, floor):
+        resident, usage = self._resident(), self._usage()
+        with self._cond, self._ledger(usage) as view:
+            ext = view.others() if view is not None else Others()
+            if not self._may_backfill(ticket, floor, ext.total):
                 return False
-            if resident + sum(self._held.values()) + nbytes > self.capacity:
+            need = resident + sum(self._held.values()) + ext.total + nbytes
+            earlier = ext.ahead(since)
+            if need > self.capacity or (earlier and need + earlier > self.capacity):
                 return False
+            if view is not None:
+                view.hold(ticket, nbytes)
             self._backfilled[ticket] = nbytes
             self._grant(ticket, nbytes)
             self.backfills += 1

@@ -10,8 +10,8 @@ bounds every request: reaching it with own time left means the machine, not the 
 too slow: `Starved`, which the evaluator retries once and then reports as `judge_fault`.
 Where /proc has no schedstat the budget is plain wall time, as before.
 
-Covers: `children` and `tree_usage` (CPU and run-queue wait of a process tree) and `LoadAwareBudget`
-(deadline extension). Does not cover: sending requests (session.py), the retry (evaluator.py).
+Covers: `tree_usage` (CPU and run-queue wait of a process tree; `children` is sandbox/treewatch's)
+and `LoadAwareBudget` (deadline extension). Does not cover: sending requests (session.py), the retry (evaluator.py).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from tritonforge.evaluation.sandbox.treewatch import children
 
 _TICK = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
 
@@ -39,18 +41,6 @@ class Starved(Exception):
             f"{waited:.0f} s for a CPU and computed {cpu:.1f} s, within its {budget:g} s budget"
         )
         self.wall, self.waited, self.cpu = wall, waited, cpu
-
-
-def children(pid: int) -> list[int]:
-    """Direct children of `pid` (all its threads), from /proc."""
-    out: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(c) for c in f.read().split())
-    except OSError:
-        pass
-    return out
 
 
 def _process(pid: int) -> tuple[float, float] | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tritonforge.config.eval import EvalSettings
+from tritonforge.evaluation.judge import replies
 from tritonforge.evaluation.judge.admission import JudgeOutOfMemory, gib
 from tritonforge.evaluation.judge.budget import LoadAwareBudget, Starved
 from tritonforge.evaluation.judge.constant import OutputTrace
@@ -63,6 +64,9 @@ class CandidateRun:
     device_oom: bool = False  # a request failed for lack of device memory
     waited: float = 0.0  # seconds spent waiting for the device's gate (not the candidate's time)
     trace: OutputTrace = field(default_factory=OutputTrace)  # outputs' fingerprints per trial
+    replayer: CandidateRun | None = None  # the trusted replayer, once the replay passed
+    recipe: Any = None  # a replayer's: the parsed recipe it runs (recipe_format.Recipe)
+    scratch: str | None = None  # a replayer's private scratch directory (rlimits sandbox)
 
     def call(
         self,
@@ -83,6 +87,33 @@ class CandidateRun:
         if not reply.get("ok") and isinstance(reply.get("memory"), dict):
             self.device_oom = True
         return reply, rfds
+
+    def ask(
+        self,
+        msg: dict[str, Any],
+        fds: list[int],
+        budget: float,
+        phase: str,
+        total: float | None = None,
+    ) -> tuple[Any, list[int]]:
+        """`call`, its reply parsed into its record (replies.py) or a `Failure`: one that does
+        not parse is the candidate's tampering with its worker (`protocol_violation`), never
+        an error of the judge's. Returns (record, fds)."""
+        raw, rfds = self.call(msg, fds, budget, phase, total)
+        try:
+            return replies.parse(msg["op"], raw), rfds
+        except replies.ReplyError as exc:
+            for fd in rfds:
+                os.close(fd)
+            raise Stop(
+                Verdict(
+                    status=Status.REWARD_HACK,
+                    rule="protocol_violation",
+                    phase=phase,
+                    compiled=self.compiled,
+                    message=f"the worker's reply to `{msg['op']}` is malformed: {exc}"[:2000],
+                )
+            ) from None
 
     def _call(
         self, msg: dict[str, Any], fds: list[int], budget: float, phase: str, total: float | None
@@ -152,11 +183,11 @@ class CandidateRun:
             for fd in fds:
                 os.close(fd)
 
-    def outputs(self, reply: dict[str, Any], fds: list[int]) -> Any:
-        """The worker's outputs, copied once into the judge's memory on its device (where the
-        expected outputs live, so the comparison runs there)."""
+    def outputs(self, desc: dict[str, Any], fds: list[int]) -> Any:
+        """The worker's outputs (`desc`: their descriptor), copied once into the judge's memory
+        on its device (where the expected outputs live, so the comparison runs there)."""
         try:
-            return self.session.transport.outputs(reply, fds)
+            return self.session.transport.outputs({"outputs": desc}, fds)
         except ProtocolError as exc:
             raise Stop(
                 Verdict(
@@ -167,41 +198,36 @@ class CandidateRun:
             ) from None
 
 
-def failure_verdict(reply: dict[str, Any], phase: str, compiled: bool) -> Verdict:
-    """The verdict for a worker reply with `ok` false."""
-    try:
-        status = Status(reply.get("status", "internal_error"))
-    except ValueError:
-        status = Status.REWARD_HACK
-    violations = (reply.get("audit") or {}).get("violations") or []
-    if violations:  # a blocked action raised: the violation, not the exception, is the verdict
-        rule = violations[0].split(":", 1)[0]
+def failure_verdict(reply: replies.Failure, phase: str, compiled: bool) -> Verdict:
+    """The verdict for a worker's failure reply."""
+    status = reply.status_enum()
+    if reply.audit.violations:  # a blocked action raised: the violation, not the exception
+        first = reply.audit.violations[0]
         return Verdict(
             status=Status.REWARD_HACK,
-            rule=rule,
+            rule=first.split(":", 1)[0],
             phase=phase,
             compiled=compiled,
-            message=f"blocked: {violations[0]}",
+            message=f"blocked: {first}",
         )
     if status is Status.CORRECT:
         status = Status.REWARD_HACK
-    msg = str(reply.get("message", ""))[:8000]
-    if isinstance(reply.get("memory"), dict):
-        msg = f"{oom_figures(reply['memory'])}\n{msg}"
+    msg = reply.message[:8000]
+    if reply.memory is not None:
+        msg = f"{oom_figures(reply.memory)}\n{msg}"
     return Verdict(
         status=status,
-        phase=reply.get("phase", phase) if status is not Status.COMPILE_ERROR else "compile",
+        phase=(reply.phase or phase) if status is not Status.COMPILE_ERROR else "compile",
         compiled=compiled and status is not Status.COMPILE_ERROR,
         message=msg,
     )
 
 
-def oom_figures(facts: dict[str, Any]) -> str:
-    """One line from a worker's out-of-memory figures (untrusted JSON: numbers only)."""
+def oom_figures(facts: dict[str, int]) -> str:
+    """One line from a worker's out-of-memory figures (parsed: counts only)."""
 
     def num(name: str) -> int | None:
-        x = facts.get(name)
-        return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+        return facts.get(name)
 
     parts = []
     if num("requested") is not None:

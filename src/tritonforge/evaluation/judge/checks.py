@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from tritonforge.evaluation.judge import inductor_rules
 from tritonforge.evaluation.judge.kernel_checks import name_chain as _chain
 from tritonforge.evaluation.judge.kernel_checks import python_in_kernel
+from tritonforge.evaluation.judge.own_settings import jit_noop, own_setting, seed_read
 from tritonforge.evaluation.judge.resolve import Resolver
 from tritonforge.evaluation.sandbox.forbidden import FORBIDDEN_MODULES
 from tritonforge.types import Status
@@ -113,31 +114,13 @@ ESCAPES = {
     ("torch", "_decomp"),
     ("torch", "utils", "_python_dispatch"),
 }
-# The global RNGs (torch's default generators, `random`, `numpy.random`): reading or setting
-# them is `seed_probe`. A private generator (`torch.Generator()`, `random.Random(s)`,
-# `numpy.random.default_rng(s)`) seeded with any constant is allowed: see docs/security.md.
-SEED_PROBES = {
-    "initial_seed",
-    "get_rng_state",
-    "seed",
-    "getstate",
-    "setstate",
-    "get_state",
-    "set_state",
-    "manual_seed",
-    "manual_seed_all",
-    "seed_all",
-    "set_rng_state",
-    "get_rng_state_all",
-    "set_rng_state_all",
-    "default_generator",
-    "default_generators",
-    "fork_rng",
-}
+# Reading a global RNG's state or seed is `seed_probe`; setting it, and the process-local
+# performance/numerics flags, are allowed (own_settings.py; docs/security.md says why).
 SEED_ADVICE = (
-    "reading or setting the global RNG is not allowed (the judge seeds it before building "
-    "ModelNew, exactly as it does for the reference); to draw weights of your own, use a private "
-    "generator: g = torch.Generator().manual_seed(N); torch.randn(..., generator=g)"
+    "reading the global RNG's seed or state is not allowed (the judge seeds it before building "
+    "ModelNew, exactly as it does for the reference, and draws the inputs elsewhere from hidden "
+    "seeds); setting it is fine (torch.manual_seed(N)), and so is a private generator: "
+    "g = torch.Generator().manual_seed(N); torch.randn(..., generator=g)"
 )
 PROCESS_EXIT = {
     ("os", "_exit"),
@@ -193,6 +176,7 @@ class _Visitor(ast.NodeVisitor):
         self.called: set[int] = set()  # ids of Name nodes that are the function of a call
         self.helper_inner: set[int] = set()  # prefixes of an allowed Inductor runtime path
         self.helper_paths: list[tuple[str, ...]] = []  # allowed Inductor runtime paths used
+        self.noop_inner: set[int] = set()  # prefixes of a TorchScript no-op (torch.jit.ignore)
 
     def add(self, rule: str, node: ast.AST, msg: str) -> None:
         self.findings.append(Finding(rule, getattr(node, "lineno", 0), msg))
@@ -203,7 +187,7 @@ class _Visitor(ast.NodeVisitor):
     def _check_path(self, node: ast.AST, path: tuple[str, ...], whole: bool) -> None:
         """Rules on what a name resolves to; `whole`: the path is a complete chain (not the
         prefix of a longer one), so prefix rules apply."""
-        for prefix in GENERATED:
+        for prefix in () if jit_noop(path) else GENERATED:
             if path[: len(prefix)] == prefix and (whole or len(path) == len(prefix)):
                 self.add(
                     "generated_code",
@@ -217,11 +201,7 @@ class _Visitor(ast.NodeVisitor):
                     node,
                     f"{'.'.join(path)}: private dispatcher APIs are not allowed",
                 )
-        if (
-            path[-1] in SEED_PROBES
-            and path[0] in ("torch", "random", "numpy", "np")
-            and len(path) <= 4
-        ):
+        if seed_read(path):
             self.add("seed_probe", node, f"{'.'.join(path)}: {SEED_ADVICE}")
         if any(path[i : i + 2] == ("sys", "modules") for i in range(len(path) - 1)):
             self.add(
@@ -266,7 +246,9 @@ class _Visitor(ast.NodeVisitor):
         if inductor_rules.allowed(path):  # KernelBook-style runtime helpers (inductor_rules.py)
             self.helper_paths.append(path)
             return
-        for prefix in GENERATED:
+        if seed_read(path):
+            self.add("seed_probe", node, f"importing {'.'.join(path)}: {SEED_ADVICE}")
+        for prefix in () if jit_noop(path) else GENERATED:
             if path[: len(prefix)] == prefix:
                 self.add(
                     "generated_code",
@@ -330,6 +312,11 @@ class _Visitor(ast.NodeVisitor):
         if node.attr in HOST_VIEW_NAMES:
             self.add("host_read", node, f".{node.attr}: a host view of tensor memory")
         path = self.resolver.path(node)
+        if id(node) in self.noop_inner or jit_noop(path):  # torch.jit.ignore and its prefix
+            self.noop_inner.add(id(node.value))
+            self.inner.add(id(node.value))
+            self.generic_visit(node)
+            return
         if id(node) in self.helper_inner or (path and inductor_rules.allowed(path)):
             self.helper_paths.append(path)
             self.helper_inner.add(id(node.value))
@@ -372,6 +359,7 @@ class _Visitor(ast.NodeVisitor):
                 and node.args
                 and self.resolved(node.args[0])[:1]
                 and self.resolved(node.args[0])[0] in PROTECTED_ROOTS
+                and not (name == "setattr" and own_setting(self._set_path(node)))
             ):
                 self.add(
                     "judge_tamper", node, f"{name}() on a library module or class is not allowed"
@@ -387,13 +375,27 @@ class _Visitor(ast.NodeVisitor):
                 )
         self.generic_visit(node)
 
-    def _check_target(self, target: ast.AST) -> None:
+    def _set_path(self, node: ast.Call) -> tuple[str, ...]:
+        """The attribute `setattr(X, "name", v)` sets, when the name is a constant."""
+        name = node.args[1] if len(node.args) > 1 else None
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            return (*self.resolved(node.args[0]), name.value)
+        return ()
+
+    def _check_target(self, target: ast.AST, setting: bool = False) -> None:
+        """Assignment targets: library attributes are `judge_tamper`, except (with `setting`,
+        a plain assignment) the process-local flags of own_settings.py."""
         if isinstance(target, (ast.Tuple, ast.List)):
             for t in target.elts:
-                self._check_target(t)
+                self._check_target(t, setting)
+            return
+        if isinstance(target, ast.Starred):
+            self._check_target(target.value, setting)
             return
         if isinstance(target, ast.Attribute):
             path = self.resolver.path(target) or _chain(target)
+            if setting and own_setting(path):
+                return
             if path and (path[0] in PROTECTED_ROOTS or self.resolver.path(target.value)):
                 self.add(
                     "judge_tamper",
@@ -405,17 +407,35 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for t in node.targets:
-            self._check_target(t)
+            self._check_target(t, setting=True)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._check_target(node.target, setting=node.value is not None)
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        self._check_target(node.target)
+        self._check_target(node.target, setting=True)
         self.generic_visit(node)
 
     def visit_Delete(self, node: ast.Delete) -> None:
         for t in node.targets:
             self._check_target(t)
         self.generic_visit(node)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        self._check_target(node.target)  # `for torch.allclose in ...` rebinds it too
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For
+
+    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
+        for item in node.items:
+            if item.optional_vars is not None:
+                self._check_target(item.optional_vars)
+        self.generic_visit(node)
+
+    visit_AsyncWith = visit_With
 
 
 def _has_kernel(tree: ast.Module, backend: str) -> bool:
@@ -480,7 +500,18 @@ def run_static(
     source: str | None, mode: str = "strict", backend: str = "triton", require_kernel: bool = False
 ) -> StaticResult:
     """Apply all static rules; the first fatal finding decides the result. `require_kernel`:
-    no_custom_kernel applies in hybrid mode too (the tritonforge preset)."""
+    no_custom_kernel applies in hybrid mode too (the tritonforge preset). A source nested deeper
+    than the parser or the rules recurse (`1+1+...+1` a thousand times) is a syntax error, not a
+    judge failure."""
+    try:
+        return _run_static(source, mode, backend, require_kernel)
+    except RecursionError:
+        return StaticResult(
+            Status.SYNTAX_ERROR, None, "the source nests expressions deeper than the judge parses"
+        )
+
+
+def _run_static(source: str | None, mode: str, backend: str, require_kernel: bool) -> StaticResult:
     if source is None or not source.strip():
         return StaticResult(Status.NO_CODE, None, "the response contained no code")
     try:

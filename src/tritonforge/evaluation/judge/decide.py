@@ -17,9 +17,10 @@ Does not cover: collecting the facts (sandbox/audit.py, sandbox/worker.py).
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 from tritonforge.config.eval import EvalSettings
+from tritonforge.evaluation.judge.replies import AuditFacts, Integrity, TrialFacts
 from tritonforge.evaluation.judge.timing import roofline_ms
 from tritonforge.evaluation.sandbox.glue import EPILOGUE, base_name, classify_op, glue_digest
 from tritonforge.hardware import DevicePeaks
@@ -49,34 +50,35 @@ def fmt_ops(ops: dict[str, int], n: int = 6) -> str:
     return ", ".join(f"{k} x{v}" for k, v in top)
 
 
-def reclassify(audit: dict[str, Any]) -> None:
-    """Move ops the worker called glue but the judge's own allowlist calls compute (the worker's
-    copy of the list lives in the candidate's process) into `ops`."""
-    glue = audit.get("glue") if isinstance(audit.get("glue"), dict) else {}
-    ops = audit.get("ops") if isinstance(audit.get("ops"), dict) else {}
-    for name in [n for n in glue if classify_op(str(n)) != "glue"]:
-        ops[name] = ops.get(name, 0) + glue.pop(name)
-    audit["ops"], audit["glue"] = ops, glue
+def reclassify(audit: AuditFacts) -> AuditFacts:
+    """The audit with ops the worker called glue but the judge's own allowlist calls compute
+    (the worker's copy of the list lives in the candidate's process) moved into `ops`."""
+    ops, glue = dict(audit.ops), {}
+    for name, n in audit.glue.items():
+        if classify_op(name) == "glue":
+            glue[name] = n
+        else:
+            ops[name] = ops.get(name, 0) + n
+    return replace(audit, ops=ops, glue=glue)
 
 
-def check_integrity(armed: Any, reply_audit: dict[str, Any]) -> tuple[str, str] | None:
+def check_integrity(armed: str, got: Integrity) -> tuple[str, str] | None:
     """The audit's configuration as the worker reports it now must be what it was armed with
     at load, and its glue list the judge's own."""
-    got = reply_audit.get("integrity") if isinstance(reply_audit.get("integrity"), dict) else {}
-    if not armed or got.get("armed") != armed:
+    if not armed or got.armed != armed:
         return "judge_tamper", "the in-process audit's configuration changed after it was armed"
-    if got.get("glue") != glue_digest():
+    if got.glue != glue_digest():
         return "judge_tamper", "the in-process audit's glue allowlist was changed"
     return None
 
 
-def _signature_rule(facts: dict[str, Any], history: list[str]) -> tuple[str, str] | None:
+def _signature_rule(facts: TrialFacts, history: list[str]) -> tuple[str, str] | None:
     """The caching check's two calls on the same tensors must launch the same kernels with the
     same grids, scalar arguments and argument roles; naming the cause by the earlier trials."""
-    first, second = facts.get("first_signature"), facts.get("signature")
-    if not facts.get("repeat") or not first or first == second:
+    first, second = facts.first_signature, facts.signature
+    if not facts.repeat or not first or first == second:
         return None
-    lines = "; ".join(str(x) for x in (facts.get("signature_lines") or [])[:4])
+    lines = "; ".join(facts.signature_lines[:4])
     if history and first in history:
         return (
             "cached_result",
@@ -92,39 +94,40 @@ def _signature_rule(facts: dict[str, Any], history: list[str]) -> tuple[str, str
 
 
 def decide_audit(
-    audit: dict[str, Any],
-    facts: dict[str, Any],
+    audit: AuditFacts,
+    facts: TrialFacts,
     s: EvalSettings,
     unsolicited: bool,
     history: list[str] | None = None,
 ) -> tuple[str, str] | None:
     """The rule that fires for one correctness trial, as (name, reason), or None. `history`:
     the launch signatures of the earlier trials after the first (None in the first trial, whose
-    calls may do one-off work: the caching check's signatures are not compared there)."""
+    calls may do one-off work: the caching check's signatures are not compared there). The
+    audit is the worker's word: a rule may reject on it, nothing here accepts."""
     strict = s.mode == "strict"
     if unsolicited:
         return "protocol_violation", "extra messages appeared on the evaluator's channel"
-    reclassify(audit)
-    for v in audit.get("violations") or []:
+    audit = reclassify(audit)
+    for v in audit.violations:
         rule = v.split(":", 1)[0]
         # host compute is invisible to the share measurement: tolerated only without a minimum
         if strict or rule not in HYBRID_TOLERATED or s.min_custom_share > 0:
             return rule, f"{v}"
-    if facts.get("aliased"):
+    if facts.aliased:
         return (
             "output_aliases_input",
-            f"output(s) {facts['aliased']} share memory with the inputs: return new tensors written by your kernels",
+            f"output(s) {list(facts.aliased)} share memory with the inputs: return new tensors written by your kernels",
         )
-    if facts.get("stale"):
+    if facts.stale:
         return (
             "cached_result",
-            f"called twice on the same input tensors, forward returned output(s) {facts['stale']} of the first call unchanged: results must not be cached across calls",
+            f"called twice on the same input tensors, forward returned output(s) {list(facts.stale)} of the first call unchanged: results must not be cached across calls",
         )
     hit = _signature_rule(facts, history) if history is not None else None
     if hit:
         return hit
     if not strict:
-        share = audit.get("custom_share")
+        share = audit.custom_share
         if s.min_custom_share > 0 and (share is None or share < s.min_custom_share):
             return (
                 "insufficient_custom_share",
@@ -132,7 +135,7 @@ def decide_audit(
             )
         return None
     hit = _strict_rules(audit, facts, s)
-    if hit and facts.get("repeat") and hit[0] in _CACHE_SYMPTOMS:
+    if hit and facts.repeat and hit[0] in _CACHE_SYMPTOMS:
         return (
             "cached_result",
             f"on a second call with the same input tensors: {hit[1]}; results must not be cached across calls",
@@ -140,35 +143,27 @@ def decide_audit(
     return hit
 
 
-def epilogue(audit: dict[str, Any]) -> dict[str, int]:
+def epilogue(audit: AuditFacts) -> dict[str, int]:
     """The PyTorch ops of one trial that form an epilogue, or {} when there is none or when other
     PyTorch compute ran too. An epilogue: at most EPILOGUE_MAX_OPS reductions or scales
     (glue.EPILOGUE) after the last Triton launch, each reading only kernel-written tensors
-    (and scalars), and nothing else computed in PyTorch (the profiler's op list agrees). The
-    worker's log is untrusted JSON: anything malformed means no epilogue."""
-    log, ops = audit.get("compute_log"), audit.get("ops") or {}
-    launches = audit.get("launches")
-    if not isinstance(log, list) or not log or not isinstance(launches, int) or launches < 1:
-        return {}
-    if not isinstance(ops, dict) or len(log) > EPILOGUE_MAX_OPS:
+    (and scalars), and nothing else computed in PyTorch (the profiler's op list agrees)."""
+    log, launches = audit.compute_log, audit.launches
+    if not log or launches < 1 or len(log) > EPILOGUE_MAX_OPS:
         return {}
     names: dict[str, int] = {}
     for entry in log:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)):
+        name = base_name(entry.name)
+        if not entry.reads_kernel or entry.launches_before != launches or name not in EPILOGUE:
             return {}
-        name, reads_kernel, before = entry
-        if reads_kernel is not True or before != launches or base_name(name) not in EPILOGUE:
-            return {}
-        key = f"aten::{base_name(name)}"
-        names[key] = names.get(key, 0) + 1
-    profiled = {f"aten::{base_name(str(k))}": v for k, v in ops.items()}
+        names[f"aten::{name}"] = names.get(f"aten::{name}", 0) + 1
+    profiled: dict[str, int] = {}
+    for k, v in audit.ops.items():
+        profiled[f"aten::{base_name(k)}"] = profiled.get(f"aten::{base_name(k)}", 0) + v
     return names if profiled == names else {}
 
 
-def _strict_rules(
-    audit: dict[str, Any], facts: dict[str, Any], s: EvalSettings
-) -> tuple[str, str] | None:
-    ops = audit.get("ops") or {}
+def _strict_rules(audit: AuditFacts, facts: TrialFacts, s: EvalSettings) -> tuple[str, str] | None:
     tail = epilogue(audit)
     if tail:
         return (
@@ -178,10 +173,10 @@ def _strict_rules(
             "your Triton kernels: fold it into the last kernel or add a small one. Hybrid mode "
             "accepts such an epilogue and reports it",
         )
-    if ops:
+    if audit.ops:
         return (
             "torch_compute",
-            f"forward ran PyTorch compute ops ({fmt_ops(ops)}); in strict mode every computation must happen in your Triton kernels (allocation, views, reshapes, dtype casts and parameter access are allowed)",
+            f"forward ran PyTorch compute ops ({fmt_ops(audit.ops)}); in strict mode every computation must happen in your Triton kernels (allocation, views, reshapes, dtype casts and parameter access are allowed)",
         )
     if s.backend == "triton":
         hit = _triton_launch_rules(audit, facts)
@@ -190,22 +185,22 @@ def _strict_rules(
     # (the CUDA C++ backend's kernels run inside the extension, where the launch recorder and
     # the lineage cannot see them: its outputs are judged by the profiler audit above, the
     # caching checks and correctness)
-    if facts.get("expanded"):
+    if facts.expanded:
         return (
             "broadcast_output",
-            f"output(s) {facts['expanded']} are broadcast views (stride 0), not materialised results",
+            f"output(s) {list(facts.expanded)} are broadcast views (stride 0), not materialised results",
         )
     return None
 
 
-def _triton_launch_rules(audit: dict[str, Any], facts: dict[str, Any]) -> tuple[str, str] | None:
+def _triton_launch_rules(audit: AuditFacts, facts: TrialFacts) -> tuple[str, str] | None:
     """Outputs must come from Triton launches that wrote something (recorder + lineage)."""
-    if not audit.get("launches_ok"):
+    if not audit.launches_ok:
         return "no_kernel_launch", "no Triton kernel was launched during forward"
-    for i, p in enumerate(facts.get("provenance") or []):
-        if not p.get("numel") or p.get("from_kernel") is not False:
+    for i, p in enumerate(facts.provenance):
+        if not p.numel or p.from_kernel is not False:
             continue  # empty output, or provenance not tracked
-        if not p.get("launched_on"):
+        if not p.launched_on:
             return (
                 "output_not_from_kernel",
                 f"output {i} was not written by any Triton kernel launched during forward (nor copied from a kernel's output)",
@@ -214,8 +209,8 @@ def _triton_launch_rules(audit: dict[str, Any], facts: dict[str, Any]) -> tuple[
             "output_not_from_kernel",
             f"output {i} was passed to a kernel, but no kernel changed it",
         )
-    credited = any(p.get("from_kernel") for p in facts.get("provenance") or [])
-    if audit.get("snapshotted") and not audit.get("wrote_any") and not credited:
+    credited = any(p.from_kernel for p in facts.provenance)
+    if audit.snapshotted and not audit.wrote_any and not credited:
         return "decoy_launch", "kernels were launched but none of them wrote to any buffer"
     return None
 
@@ -229,7 +224,7 @@ def stable_signature(history: list[str]) -> str | None:
 def decide_timing(
     v: Verdict,
     launches: list[int],
-    records: list[dict[str, Any]],
+    records: list[AuditFacts],
     still_correct: bool,
     problem: Problem,
     nbytes: float,
@@ -239,7 +234,7 @@ def decide_timing(
     history: list[str] | None = None,
 ) -> tuple[str, str] | None:
     signatures, history = signatures or [], history or []
-    expected = min((r.get("launches", 0) for r in records), default=0)
+    expected = min((r.launches for r in records), default=0)
     if expected > 0 and launches and min(launches) == 0:
         return (
             "cached_result",
@@ -283,7 +278,7 @@ def changed_after_timing(status: Status, why: str) -> tuple[str, str]:
     )
 
 
-def audit_record(records: list[dict[str, Any]]) -> Audit:
+def audit_record(records: list[AuditFacts]) -> Audit:
     """Summary over all correctness trials for the verdict."""
     if not records:
         return Audit()
@@ -291,23 +286,23 @@ def audit_record(records: list[dict[str, Any]]) -> Audit:
     glue: dict[str, int] = {}
     tail: dict[str, int] = {}
     kernels: set[str] = set()
-    shares = [r["custom_share"] for r in records if r.get("custom_share") is not None]
+    shares = [r.custom_share for r in records if r.custom_share is not None]
     for r in records:
-        for k, n in (r.get("ops") or {}).items():
+        for k, n in r.ops.items():
             ops[k] = ops.get(k, 0) + n
-        for k, n in (r.get("glue") or {}).items():
+        for k, n in r.glue.items():
             glue[k] = glue.get(k, 0) + n
         for k, n in epilogue(r).items():
             tail[k] = tail.get(k, 0) + n
-        kernels.update(r.get("kernels") or [])
+        kernels.update(r.kernels)
     last = records[-1]
     return Audit(
-        kernel_launches=int(last.get("launches", 0)),
+        kernel_launches=last.launches,
         kernels=sorted(kernels),
         torch_ops=ops,
         glue_ops=glue,
         custom_share=sum(shares) / len(shares) if shares else None,
         share_basis="work" if shares else None,
         epilogue_ops=tail,
-        violations=list(last.get("violations") or []),
+        violations=list(last.violations),
     )

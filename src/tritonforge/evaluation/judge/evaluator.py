@@ -25,6 +25,7 @@ import shutil
 import threading
 import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -58,6 +59,10 @@ from tritonforge.evaluation.judge.reference import (
     ReferenceStore,
     meta_footprint,
 )
+from tritonforge.evaluation.judge.replay import Captured, recipe_ops, replayed_audit, take_recipe
+from tritonforge.evaluation.judge.replay import close as close_replayer
+from tritonforge.evaluation.judge.replay import evidence as replay_evidence
+from tritonforge.evaluation.judge.replies import AuditFacts, Failure, RunReply
 from tritonforge.evaluation.judge.resources import DeviceResources
 from tritonforge.evaluation.judge.rewards import compute_reward
 from tritonforge.evaluation.judge.session import Session
@@ -72,13 +77,17 @@ from tritonforge.evaluation.judge.workerenv import (
 from tritonforge.evaluation.sandbox.classify import is_device_oom
 from tritonforge.evaluation.sandbox.protocol import map_tensors, pack
 from tritonforge.logging_setup import get_logger
-from tritonforge.types import Problem, Status, Verdict
+from tritonforge.types import Audit, Problem, Status, Verdict
 
 log = get_logger("evaluation.judge")
 CPU_UNTIMED = (
     "timing not measured: the CPU Triton interpreter checks correctness only; speedup is null"
 )
 CPU_TIMED = "timed on the CPU interpreter (time_on_cpu): says nothing about GPU speed"
+NOT_REPLAYED = (
+    "not replayed: CUDA C++ kernels are native code a trusted replay cannot load; correctness "
+    "rests on the judge's comparisons, and the timing on the candidate's own process"
+)
 # Phase-by-phase progress at DEBUG ("reference", "compile", "correctness trial 2/5", ...): off by
 # default; `tritonforge eval-kernel` shows it on stderr while a long evaluation runs.
 progress = get_logger("evaluation.progress")
@@ -327,6 +336,8 @@ class Evaluator:
             v = f.verdict
         finally:
             session.close()
+            if run.replayer is not None:
+                close_replayer(run.replayer)
             if scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
         if run.waited > 0.001:
@@ -360,24 +371,22 @@ class Evaluator:
             **shared,
         }
         t = time.monotonic()
-        reply, extra = run.call(msg, [init_fd, *shared_fds], s.budgets.import_s, "import")
+        reply, extra = run.ask(msg, [init_fd, *shared_fds], s.budgets.import_s, "import")
         for fd in extra:  # the worker attaches nothing to this reply
             os.close(fd)
         run.phases["import"] = time.monotonic() - t
-        if isinstance(reply.get("cuda_init_s"), (int, float)):
-            run.phases["cuda_init"] = float(reply["cuda_init_s"])
-        if not reply.get("ok"):
+        if isinstance(reply, Failure):
             return failure_verdict(reply, "import", False)
-        run.armed = str(((reply.get("audit") or {}).get("integrity") or {}).get("armed") or "")
+        run.phases["cuda_init"] = reply.cuda_init_s
+        run.armed = reply.audit.integrity.armed
         tr = session.transport
-        tr.accept(reply)
+        tr.accept(reply.shared)
         with self._lock:
             self.transport_stats["shared" if tr.active else f"memfd: {tr.reason}"] += 1
-        sandbox = reply.get("sandbox") or {}
-        run.notes += [f"sandbox: {sandbox.get('user', 'unknown')}"] + [
-            f"sandbox warning: {w}" for w in sandbox.get("warnings", [])
+        run.notes += [f"sandbox: {reply.sandbox.user[:300] or 'unknown'}"] + [
+            f"sandbox warning: {w[:300]}" for w in reply.sandbox.warnings
         ]
-        run.notes += [str(n)[:300] for n in (reply.get("notes") or [])[:4]]
+        run.notes += [n[:300] for n in reply.notes[:4]]
         return None
 
     def case(self, phases: defaultdict[str, float], ref: Any, seed: int, dist: str) -> Case:
@@ -405,7 +414,7 @@ class Evaluator:
         run: CandidateRun,
         i: int,
         dist: str,
-        reply: dict[str, Any],
+        reply: RunReply,
         outputs: Any,
         case: Case,
     ) -> Verdict | None:
@@ -418,13 +427,13 @@ class Evaluator:
             "trials_total": s.correctness_trials,
             "trials_passed": i,
         }
-        audit, facts = reply["audit"], reply.get("facts") or {}
+        audit, facts = reply.audit, reply.facts
         # the first trial's calls may do one-off work (autotuning, a weight layout): not compared
         history = run.signatures[1:] if i > 0 else None
-        hack = check_integrity(run.armed, audit) or decide_audit(
+        hack = check_integrity(run.armed, audit.integrity) or decide_audit(
             audit, facts, s, run.session.unsolicited, history
         )
-        run.signatures.append(str(facts.get("signature")))
+        run.signatures.append(facts.signature)
         if hack:
             return Verdict(
                 status=Status.REWARD_HACK, rule=hack[0], message=hack[1], phase=phase, **common
@@ -447,27 +456,37 @@ class Evaluator:
             return Verdict(
                 status=Status.REWARD_HACK, rule=hack[0], message=hack[1], phase=phase, **common
             )
-        mutated = (reply.get("facts") or {}).get("mutated") or []
+        mutated = list(facts.mutated)
         if mutated:
             msg = f"forward modified its input(s) {mutated} in place; inputs must be left unchanged"
             return Verdict(status=Status.INPUT_MUTATED, message=msg, phase="correctness", **common)
         return None
 
-    def share(self, run: CandidateRun, case: Case, audit: dict[str, Any]) -> float | None:
-        """Hybrid: the custom-kernel share of this trial by work (judge/work.py); the reference's
-        own work is profiled once per problem and device, here in the judge."""
-        key = (run.problem.id, run.device)
-        if not audit.get("ops"):
+    def share(self, run: CandidateRun, case: Case, audit: AuditFacts) -> float | None:
+        """Hybrid: the custom-kernel share of one trial by the worker's op shapes (its word: a
+        minimum share may reject on it; the verdict's share comes from the replayed recipe,
+        `_replayed_share`); the reference's own work is profiled once per problem and device,
+        here in the judge."""
+        if not audit.ops:
             return 1.0  # PyTorch computed nothing
         if run.settings.mode != "hybrid":
             return None  # strict rejects the compute anyway; no shapes were recorded
-        if key not in self._work and audit.get("op_shapes"):
+        shapes = [[o.name, [list(x) for x in o.shapes], list(o.dtypes), o.count]
+                  for o in audit.op_shapes]  # fmt: skip
+        if not shapes:
+            return custom_share(shapes, self._work.get((run.problem.id, run.device)))
+        return custom_share(shapes, self._reference_work(run, case))
+
+    def _reference_work(self, run: CandidateRun, case: Case) -> float | None:
+        """The reference's own compute work, profiled once per problem and device here."""
+        key = (run.problem.id, run.device)
+        if key not in self._work:
             began = time.monotonic()  # (a part of "check")
             with run.ref.lock, judge_device(run.device):
                 inputs = [map_tensors(v, lambda t: t.clone()) for v in case.inputs]
                 self._work[key] = reference_work(run.ref.model, inputs, run.device)
             run.phases["reference_profile"] += time.monotonic() - began
-        return custom_share(audit.get("op_shapes"), self._work.get(key))
+        return self._work.get(key)
 
     def _run(self, run: CandidateRun, plan: list[tuple[int, str]]) -> Verdict:
         s, session = run.settings, run.session
@@ -479,6 +498,10 @@ class Evaluator:
         # the judge's work between trials (reference outputs, comparison) is not charged to it,
         # nor the time the worker waited for a CPU on a busy machine (budget.py)
         correctness_left = s.budgets.correctness_s
+        # one trial after the compile also records forward's work as a recipe (judge/replay.py)
+        replayable = s.backend == "triton"
+        recipe_at = 1 if len(plan) > 1 else 0
+        captured: Captured | None = None
         for i, (seed, dist) in enumerate(plan):
             phase = "compile" if i == 0 else "correctness"
             total = s.budgets.compile_s if i == 0 else s.budgets.correctness_s
@@ -486,37 +509,47 @@ class Evaluator:
             case = self.case(run.phases, run.ref, seed, dist)
             carry, carry_fds = session.transport.send(case)
             msg = {"op": "run", **carry, **audit_switches(last_trial=i == len(plan) - 1)}
+            if replayable and i == recipe_at:
+                msg["recipe"] = True
             progress.debug("%s: trial %d/%d", phase, i + 1, len(plan))
             t = time.monotonic()
             budget = total if i == 0 else max(0.1, correctness_left)
             waited, cpu_waited = run.waited, run.waited_s
-            reply, fds = run.call(msg, carry_fds, budget, phase, total)
+            reply, fds = run.ask(msg, carry_fds, budget, phase, total)
             spent = time.monotonic() - t - (run.waited - waited)  # waits for the gate: not its time
             run.phases[phase] += spent
             if i > 0:  # nor its waits for a CPU
                 correctness_left -= spent - (run.waited_s - cpu_waited)
-            # compiled: a kernel launched; for the CUDA backend the extension built at import
-            # and forward ran (its launches happen inside native code the recorder cannot see)
-            run.compiled = run.compiled or (reply.get("audit") or {}).get("launches_ok", 0) > 0
-            run.compiled = run.compiled or (s.backend == "cuda" and bool(reply.get("ok")))
-            if not reply.get("ok"):
+            # compiled: a kernel launched (the worker's word: it decides only between two
+            # failures' rewards, never an acceptance); for the CUDA backend the extension built
+            # at import and forward ran (its launches happen inside native code)
+            audit = reply.audit
+            run.compiled = run.compiled or audit.launches_ok > 0
+            run.compiled = run.compiled or (s.backend == "cuda" and isinstance(reply, RunReply))
+            if isinstance(reply, Failure):
                 for fd in fds:
                     os.close(fd)
                 v = failure_verdict(reply, phase, run.compiled)
                 v.trials_total, v.trials_passed = s.correctness_trials, i
                 return v
+            if replayable and i == recipe_at:
+                captured = take_recipe(reply.recipe, fds)
             t = time.monotonic()
-            outputs = run.outputs(reply, fds)
+            outputs = run.outputs(reply.outputs, fds)
             # the judge's own look at the shared input buffer joins the worker's report
             seen = session.transport.mutated(case, bool(carry.get("shared")))
             if seen:
-                reply["facts"] = merge_mutated(reply.get("facts"), seen)
-            reclassify(reply["audit"])  # the judge's glue list, not the worker's
-            reply["audit"]["custom_share"] = self.share(run, case, reply["audit"])
-            run.records.append(reply["audit"])
+                mutated = sorted(set(reply.facts.mutated) | set(seen))
+                reply = replace(reply, facts=replace(reply.facts, mutated=tuple(mutated)))
+            audit = reclassify(reply.audit)  # the judge's glue list, not the worker's
+            audit = replace(audit, custom_share=self.share(run, case, audit))
+            reply = replace(reply, audit=audit)
+            run.records.append(audit)
             stop = self._check_trial(run, i, dist, reply, outputs, case)
             run.phases["check"] += time.monotonic() - t
             if stop is not None:
+                if captured is not None:
+                    captured.close()
                 if stop.status is Status.NUMERICAL_MISMATCH and run.device != "cpu":
                     stop.message += tf32_hint(run.source, case.expected)
                 return stop
@@ -525,6 +558,13 @@ class Evaluator:
             # through the timing filled the H200)
             del case, outputs
         n = len(plan)
+        if replayable:  # the verdict rests on the replay, not on the candidate's process
+            progress.debug("replay: the kernels alone, in a trusted replayer, on fresh inputs")
+            replayer = replay_evidence(self, run, captured)
+            run.session.close()  # the candidate's process is done with
+            run.replayer, run.session = replayer, replayer.session
+        else:
+            run.notes.append(NOT_REPLAYED)
         v = Verdict(
             status=Status.CORRECT,
             compiled=run.compiled,
@@ -534,18 +574,32 @@ class Evaluator:
             notes=run.notes,
             message="all correctness trials passed",
         )
+        if run.replayer is not None:  # what the verdict says ran: what the replay ran
+            v.audit = replayed_audit(run.replayer.recipe, v.audit or Audit())
+        if run.replayer is not None and s.mode == "hybrid":
+            self._replayed_share(run, v, plan[0])
+            if v.status is not Status.CORRECT:
+                return v
         if s.measure_performance and (run.device != "cpu" or s.time_on_cpu):
             time_candidate(self, run, v)
         return v
 
-
-def merge_mutated(facts: Any, seen: list[int]) -> dict[str, Any]:
-    """The worker's facts with the inputs the judge saw changed added to `mutated`. The worker's
-    part is untrusted JSON: anything but a list of ints is ignored, never raised on."""
-    facts = facts if isinstance(facts, dict) else {}
-    told = facts.get("mutated") if isinstance(facts.get("mutated"), list) else []
-    ints = {x for x in told if isinstance(x, int) and not isinstance(x, bool)}
-    return {**facts, "mutated": sorted(ints | set(seen))}
+    def _replayed_share(self, run: CandidateRun, v: Verdict, first: tuple[int, str]) -> None:
+        """Hybrid: the custom-kernel share from the replayed recipe's PyTorch ops (what the
+        trusted replay ran, not what the worker reported), and the minimum-share rule on it."""
+        ops = recipe_ops(run.replayer.recipe)
+        share = 1.0 if not ops else None
+        if ops:
+            case = self.case(run.phases, run.ref, *first)
+            share = custom_share(ops, self._reference_work(run, case))
+        v.audit.custom_share, v.audit.share_basis = share, "work" if share is not None else None
+        need = run.settings.min_custom_share
+        if need > 0 and (share is None or share < need):
+            v.status, v.rule, v.correct = Status.REWARD_HACK, "insufficient_custom_share", False
+            v.message = (
+                f"the replayed kernels did {0.0 if share is None else share:.0%} of the work; at "
+                f"least {need:.0%} is required"
+            )
 
 
 class LocalBackend:

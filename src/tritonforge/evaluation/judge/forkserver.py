@@ -3,13 +3,20 @@
 `ForkServer` is the handle the judge holds for one device's fork server (thread-safe; restarts
 the server if it dies). The server itself, a process with torch and triton preloaded that forks
 one worker per candidate, is `evaluation/sandbox/zygote.py`, run as
-`python -m tritonforge.evaluation.sandbox.zygote FD`.
+`python -m tritonforge.evaluation.sandbox.zygote FD` (no secret in its argv, which every local user
+can read in /proc; its environment is the judge's minimal `base_env`). Creating a handle makes
+the judge's own process not dumpable (`harden_judge`): its /proc/PID/{environ,mem,maps,fd,...}
+then belong to root, so a worker running as the judge's user (the rlimits sandbox without root)
+cannot read them; its cmdline, stat and status stay world-readable. When a server process ends
+(closed, died, restarted) the handle kills whatever is left in that server's worker cgroups
+(sandbox/cgroups.py): a worker cannot outlive its server even if the server was SIGKILLed.
 Does not cover: the server's loop and the memory watchdog (sandbox/zygote.py), isolation applied
 in the child (sandbox/isolation.py), the worker loop (sandbox/worker.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import subprocess
@@ -20,10 +27,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tritonforge.evaluation.sandbox import cgroups
 from tritonforge.evaluation.sandbox.protocol import ProtocolError, Reader, send_msg
 from tritonforge.logging_setup import get_logger
 
 log = get_logger("evaluation.forkserver")
+PR_SET_DUMPABLE = 4
+
+
+def harden_judge() -> None:
+    """Make this (the judge's) process not dumpable: /proc/PID/{environ,mem,maps,fd,...} become
+    root's. Side effect: debuggers and py-spy need root to attach to the judge."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 @dataclass
@@ -55,6 +70,7 @@ class ForkServer:
         self._pids: set[int] = set()  # workers forked by the current server process
         self._thread: threading.Thread | None = None
         self._alive = False
+        harden_judge()
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> dict[str, Any]:
@@ -132,6 +148,7 @@ class ForkServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+            reap_server_groups(self.proc.pid)
         if self.sock is not None:
             self.sock.close()
         self.sock = self.reader = self.proc = None
@@ -212,3 +229,17 @@ class ForkServer:
                 self._cond.wait(left)
             self._pids.discard(pid)
             return self._exits.pop(pid)
+
+
+def reap_server_groups(server_pid: int) -> None:
+    """Kill what is left in the worker cgroups of fork server `server_pid` (it has exited)."""
+    h = cgroups.Hierarchy.detect()
+    if h is None:
+        return
+    try:
+        killed = cgroups.reap_server(h, server_pid)
+    except OSError as exc:
+        log.warning("could not reap the cgroups of fork server %d: %s", server_pid, exc)
+        return
+    if killed:
+        log.warning("killed %d processes left by fork server %d", killed, server_pid)

@@ -20,14 +20,14 @@ Does not cover: the timing loop (sandbox/timing_loop.py), statistics (timing.py)
 
 from __future__ import annotations
 
-import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
+from tritonforge.evaluation.judge import replay, replies
 from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
 from tritonforge.evaluation.judge.compare import compare_to_reference, output_bytes
 from tritonforge.evaluation.judge.decide import (
@@ -41,6 +41,7 @@ from tritonforge.evaluation.judge.decide import (
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.ref_timer import ReferenceUnusable, RefTimer, TimerDied
 from tritonforge.evaluation.judge.reference import Case
+from tritonforge.evaluation.judge.replies import TimeReply
 from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, device_peaks, stats
 from tritonforge.evaluation.sandbox.protocol import DEVICE_CLOCKS, TRIAL_PARTS
 from tritonforge.logging_setup import get_logger
@@ -134,53 +135,58 @@ def _rounds(res: Any, run: CandidateRun, case: Case, deadline: float, key: str) 
                 t_req = time.monotonic()
                 if side == "cand":
                     reply = _candidate_round(run, case, warm, per_round, budget)
-                    out.launches += [int(x) for x in _floats(reply.get("launches"))][skip:]
-                    out.signatures += [str(x) for x in reply.get("signatures") or []][:per_round]
+                    out.launches += list(reply.launches[skip:])
+                    out.signatures += list(reply.signatures[:per_round])
                 else:
-                    reply = timer.time(
+                    reply = _timer_reply(timer.time(
                         key, side == "comp", case, (warm, per_round, s.perf_round_ms),
                         s.timing_clock, budget,
-                    )  # fmt: skip
+                    ))  # fmt: skip
                 _round_phases(run.phases, time.monotonic() - t_req, reply)
-                getattr(out, side).extend(_floats(reply.get("times_ms"))[skip:])
-                getattr(out, f"{side}_host").extend(_floats(reply.get("host_ms"))[skip:])
-                out.clocks.add(str(reply.get("clock", "host")))
-                n = reply.get("exposed")
-                if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                    out.exposed[side] = out.exposed.get(side, 0) + n
+                getattr(out, side).extend(reply.times_ms[skip:])
+                getattr(out, f"{side}_host").extend(reply.host_ms[skip:])
+                out.clocks.add(reply.clock)
+                if reply.exposed > 0:
+                    out.exposed[side] = out.exposed.get(side, 0) + reply.exposed
         run.phases["timed_rounds"] += time.monotonic() - t
     return out
 
 
-def _round_phases(phases: Any, wall: float, reply: dict[str, Any]) -> None:
-    """Where a timed round's time goes (diagnostics only, never a decision: the candidate's
-    figures are its own word): `round_requests` the requests' walls seen here, `round_loops`
-    the worker's own wall of its warmup and trials, `round_device` the timed calls' times, and
-    the trials' host time by part (`round_flush`, ... : protocol.TRIAL_PARTS), the largest
-    lead a request began and ended with, the trials that outlasted their lead, the leads'
-    sums (asked, slept, the host's enqueue under them) and the requests whose call waited for
-    the device (timing_loop.Lead)."""
+def _timer_reply(raw: dict[str, Any]) -> TimeReply:
+    """The trusted timing process's reply as a record; one that does not parse is the judge's
+    fault (TimerDied: the timing is tried again in a new process)."""
+    try:
+        reply = replies.parse("time", raw)
+    except replies.ReplyError as exc:
+        raise TimerDied(f"the timing process's reply does not parse: {exc}") from None
+    if isinstance(reply, replies.Failure):  # (ref_timer raised for failures already)
+        raise TimerDied(f"the timing process failed: {reply.message[:300]}")
+    return reply
 
-    def total(x: Any) -> float:
-        """The number(s) `x`, each clamped to [0, 1e7], summed (0.0 for anything else)."""
-        xs = [min(max(v, 0.0), 1e7) for v in _floats(x if isinstance(x, list) else [x])]
-        return sum(v for v in xs if math.isfinite(v))
+
+def _round_phases(phases: Any, wall: float, reply: TimeReply) -> None:
+    """Where a timed round's time goes (diagnostics only, never a decision): `round_requests`
+    the requests' walls seen here, `round_loops` the process's own wall of its warmup and
+    trials, `round_device` the timed calls' times, and the trials' host time by part
+    (`round_flush`, ... : protocol.TRIAL_PARTS), the largest lead a request began and ended
+    with, the trials that outlasted their lead, the leads' sums (asked, slept, the host's
+    enqueue under them) and the requests whose call waited for the device (timing_loop.Lead).
+    Every figure is parsed already (replies.py: finite, not negative); sums are capped."""
+
+    def capped(x: float) -> float:
+        return min(x, 1e7)
 
     phases["round_requests"] += wall
-    phases["round_loops"] += total(reply.get("loop_ms")) / 1e3
-    phases["round_device"] += total(reply.get("times_ms")) / 1e3
-    parts = reply.get("parts_ms")
-    for name in TRIAL_PARTS if isinstance(parts, dict) else ():
-        phases[f"round_{name}"] += total(parts.get(name)) / 1e3
+    phases["round_loops"] += capped(reply.loop_ms) / 1e3
+    phases["round_device"] += sum(capped(t) for t in reply.times_ms) / 1e3
+    for name in TRIAL_PARTS:
+        phases[f"round_{name}"] += capped(reply.parts_ms.get(name, 0.0)) / 1e3
     for name in ("lead_ms", "first_lead_ms"):  # the largest lead, first and last of a request
-        phases[f"round_{name}_max"] = max(phases[f"round_{name}_max"], total(reply.get(name)))
-    phases["round_exposed"] += total(reply.get("exposed"))  # trials over their lead
-    leads = reply.get("leads_ms")  # the leads asked for, as the device slept them, the enqueue
-    for name in ("asked", "device", "enqueue") if isinstance(leads, dict) else ():
-        phases[f"round_lead_{name}"] += total(leads.get(name)) / 1e3
-    phases["round_synced"] += (
-        reply.get("synced") is True
-    )  # requests whose call waits for the device
+        phases[f"round_{name}_max"] = max(phases[f"round_{name}_max"], capped(getattr(reply, name)))
+    phases["round_exposed"] += reply.exposed  # trials over their lead
+    for name in ("asked", "device", "enqueue"):  # the leads asked for, as slept, the enqueue
+        phases[f"round_lead_{name}"] += capped(reply.leads_ms.get(name, 0.0)) / 1e3
+    phases["round_synced"] += reply.synced  # requests whose call waits for the device
 
 
 def _on(device: str) -> Any:
@@ -197,7 +203,7 @@ class _Null:
 
 def _candidate_round(
     run: CandidateRun, case: Case, warm: int, trials: int, budget: float
-) -> dict[str, Any]:
+) -> TimeReply:
     carry, carry_fds = run.session.transport.send(case)
     msg = {
         "op": "time",
@@ -207,26 +213,47 @@ def _candidate_round(
         "budget_ms": run.settings.perf_round_ms,
         "clock": run.settings.timing_clock,
     }
-    reply, extra = run.call(msg, carry_fds, budget, "timing")
-    for fd in extra:  # the worker attaches nothing to this reply
-        os.close(fd)
-    if not reply.get("ok"):
+    if run.replayer is not None:  # every timed call of the replay checked (timing_loop.Consistency)
+        tol = {d: run.settings.tolerance(d) for d in ("float64", "float32", "float16", "bfloat16")}
+        msg["consistency"] = {"tol": tol}
+    reply, extra = run.ask(msg, carry_fds, budget, "timing")
+    if isinstance(reply, replies.Failure):
+        for fd in extra:
+            os.close(fd)
         raise Stop(failure_verdict(reply, "timing", True))
+    _check_kept(run, case, reply, extra)
     return reply
 
 
-def _floats(xs: Any) -> list[float]:
-    """Trial times from a reply (the candidate's is untrusted JSON): numbers only."""
-    if not isinstance(xs, list):
-        return []
-    out = []
-    for x in xs:
-        if isinstance(x, (int, float)) and not isinstance(x, bool):
-            try:
-                out.append(float(x))
-            except OverflowError:  # an int beyond any float: not a time
-                continue
-    return out
+def _check_kept(run: CandidateRun, case: Case, reply: TimeReply, fds: list[int]) -> None:
+    """A replay's timed calls do the work of checked calls: the first timed call's outputs
+    (sent back) must be right, and the replayer found every later one equal to it (a kernel that
+    counts its calls, or reads the clock, and skips work when it believes it is timed, is caught
+    here). Closes `fds`."""
+    if run.replayer is not None and (reply.diverged or not reply.kept):
+        for fd in fds:
+            os.close(fd)
+        raise Stop(Verdict(
+            status=Status.REWARD_HACK, rule="timed_output_mismatch", phase="timing",
+            compiled=True, message=f"{reply.diverged} timed call(s) of the replayed kernels "
+            "returned other outputs than the first timed call: timed calls must do the work of "
+            "checked calls",
+        ))  # fmt: skip
+    try:
+        for item in reply.kept[: len(fds)]:
+            outputs = run.outputs(item.outputs, [fds.pop(0)])
+            with judge_device(run.device):
+                status, mm, why = compare_to_reference(case, outputs, run.settings, run.problem)
+            if status is not Status.CORRECT:
+                raise Stop(Verdict(
+                    status=Status.REWARD_HACK, rule="timed_output_mismatch", phase="timing",
+                    mismatch=mm, compiled=True, message="the first timed call of the replayed "
+                    f"kernels returned wrong outputs ({why}): timed calls must do the work of "
+                    "checked calls",
+                ))  # fmt: skip
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 _SIDES = {"cand": "candidate", "base": "reference", "comp": "compiled reference"}
@@ -270,32 +297,41 @@ def case_bytes(case: Case) -> int:
 
 def _recheck(ev: Any, run: CandidateRun, v: Verdict, post: Case, nbytes: int, r: Rounds) -> None:
     """The candidate may have changed state during timing: check it once more on fresh inputs,
-    fully audited, with the same rules as a correctness trial, then the timing rules."""
+    fully audited, with the same rules as a correctness trial, then the timing rules. A
+    replayer (trusted, its state restored before every call) gets one more replay on fresh
+    inputs and the plausibility rules."""
     problem, s = run.problem, run.settings
+    if run.replayer is not None:
+        replay.check(ev, run, s.replay_trials, case=(post, s.distributions[-1]))
+        peaks = device_peaks(run.device) if run.device.startswith("cuda") else None
+        hack = decide_timing(v, [], [], True, problem, nbytes, s, peaks)
+        if hack:
+            v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
+            v.correct = False
+        return
     carry, carry_fds = run.session.transport.send(post)
-    reply, fds = run.call(
+    reply, fds = run.ask(
         {"op": "run", **carry, **audit_switches()},
         carry_fds,
         s.budgets.correctness_s,
         "correctness",
     )
-    if not reply.get("ok"):
+    if isinstance(reply, replies.Failure):
         for fd in fds:
             os.close(fd)
         raise Stop(failure_verdict(reply, "correctness", True))
-    outputs = run.outputs(reply, fds)
+    outputs = run.outputs(reply.outputs, fds)
     with judge_device(run.device):
         status, mm, why = compare_to_reference(post, outputs, s, problem)
     peaks = device_peaks(run.device) if run.device.startswith("cuda") else None
-    facts = reply.get("facts") or {}
-    reclassify(reply["audit"])
-    reply["audit"]["custom_share"] = ev.share(run, post, reply["audit"])
-    hack = check_integrity(run.armed, reply["audit"]) or decide_audit(
-        reply["audit"], facts, s, run.session.unsolicited, None
+    audit = reclassify(reply.audit)
+    audit = replace(audit, custom_share=ev.share(run, post, audit))
+    hack = check_integrity(run.armed, audit.integrity) or decide_audit(
+        audit, reply.facts, s, run.session.unsolicited, None
     )
     hack = hack or decide_timing(
         v, r.launches, run.records, status is Status.CORRECT, problem, nbytes, s, peaks,
-        signatures=[*r.signatures, str(facts.get("signature"))], history=run.signatures[1:],
+        signatures=[*r.signatures, reply.facts.signature], history=run.signatures[1:],
     )  # fmt: skip
     if hack:
         v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]

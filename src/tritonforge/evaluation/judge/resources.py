@@ -7,7 +7,9 @@ that forks its workers, the device's gate (device_gate.py), its trusted timing p
 the reference models and cases the judge keeps (reference.py), the timing process and its loaded
 references, and memory the judge's caching allocator holds unused (returned by `trim`). The
 budget is read from the Evaluator's settings: `device_memory_gib`, else `device_memory_fraction`
-of the device's memory (the CPU has none unless `device_memory_gib` is set).
+of the device's memory (the CPU has none unless `device_memory_gib` is set). On a GPU the gate
+and the budget have their cross-process layers (host_gate.py, host_ledger.py) in the runtime
+directory (host_share.py), shared with every other judging process of the host.
 Does not cover: admission decisions per evaluation (evaluator.py), the timing schedule
 (gpu_timing.py).
 """
@@ -32,6 +34,8 @@ from tritonforge.evaluation.judge.admission import (
 from tritonforge.evaluation.judge.device_gate import DeviceGate, gate
 from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.gpu_lock import judge_device, lock_stats
+from tritonforge.evaluation.judge.host_ledger import HostLedger
+from tritonforge.evaluation.judge.host_share import device_key, runtime_dir
 from tritonforge.evaluation.judge.ref_timer import RefTimer
 from tritonforge.evaluation.judge.reference import Reference, ReferenceStore, meta_footprint
 from tritonforge.evaluation.judge.workerenv import base_env, private_scratch, worker_spec
@@ -65,7 +69,9 @@ class DeviceResources:
         self.timer = RefTimer(
             device, self.ensure_server, self._timer_spec, self.context_bytes, cap // TIMER_SHARE
         )
-        self.budget = DeviceBudget(device, cap, self.resident, self.pinned, self.trim)
+        where = runtime_dir() if device != "cpu" else None
+        ledger = HostLedger(where, device_key(device)) if where is not None else None
+        self.budget = DeviceBudget(device, cap, self.resident, self.pinned, self.trim, host=ledger)
 
     def _timer_spec(self) -> dict[str, Any]:
         if self.settings.sandbox == "rlimits" and self._scratch is None:
@@ -182,9 +188,12 @@ class DeviceResources:
             "timer_deaths": self.timer.deaths,
             "timer_weights": dict(self.timer.weights),  # loads given the judge's / built anew
             "judge_lock": lock_stats(self.device),
+            "host_layer": self.budget.host is not None and self.gate.host is not None,
+            "host_reclaimed": self.budget.host.reclaimed if self.budget.host is not None else 0,
         }
 
     def close(self) -> None:
+        self.budget.close()
         self.timer.close()
         self.server.close()
         if self._scratch is not None:

@@ -4,10 +4,11 @@ Covers: `tritonforge`, `kevin`, `log_speedup`, `tritonforge_compile` (the `trito
 the speedup over torch.compile(reference) instead of eager; needs `compile_baseline`),
 `tritonforge_original` (the original release's reward, preset `tritonforge`: like
 `tritonforge_compile`, but its 0.1 goes to a kernel that compiled and launched), and the hack
-penalty. A verdict of a degenerate problem (`Verdict.degenerate`: its output does not depend on
-its inputs, measured by the judge) earns correctness only: every reward reads its speedup as not
-measured (`rewarded_speedup`). Does not cover: per-turn returns or normalisation (see
-rollout.returns and rollout.buffer).
+penalty. A reward is always finite: a non-finite speedup counts as not measured. A verdict of a
+degenerate problem (`Verdict.degenerate`: its output does not depend on its inputs, measured by
+the judge) earns correctness only: every reward reads its speedup as not measured
+(`rewarded_speedup`). Does not cover: per-turn returns or normalisation (see rollout.returns and
+rollout.buffer).
 """
 
 from __future__ import annotations
@@ -93,4 +94,8 @@ def compute_reward(v: Verdict, name: str = "tritonforge", hack_penalty: float = 
         return hack_penalty
     if name not in REWARDS:
         raise KeyError(f"unknown reward {name!r}; known: {sorted(REWARDS)}")
-    return float(REWARDS[name](v))
+    reward = float(REWARDS[name](v))
+    if not math.isfinite(reward):  # a non-finite speedup (nan or inf times) counts as not timed
+        unknown = {"speedup": None, "speedup_vs_compile": None}
+        reward = float(REWARDS[name](v.model_copy(update=unknown)))
+    return reward

@@ -96,11 +96,11 @@ class Transport:
         fields.update({"out": self.out.nbytes, "out_size": self.out.size})
         return {"shared": fields}, fds
 
-    def accept(self, reply: dict[str, Any]) -> None:
-        """After `load`: use the shared buffers only if the worker echoed the token through them."""
+    def accept(self, got: dict[str, str] | None) -> None:
+        """After `load`, with the parsed reply's shared-buffer answer (replies.py): use the
+        shared buffers only if the worker echoed the token through them."""
         if self.inp is None or self.out is None:
             return
-        got = reply.get("shared")
         if not isinstance(got, dict) or got.get("error"):
             err = got.get("error") if isinstance(got, dict) else None
             # the worker's words go to the log only, trimmed: the reason is a fixed key

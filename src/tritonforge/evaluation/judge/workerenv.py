@@ -117,7 +117,6 @@ def worker_spec(s: EvalSettings, device: str, scratch: str | None) -> dict[str, 
         max_file_mb=lim.max_file_mb,
         scratch=scratch or "",
         env=env,
-        allow_root=s.sandbox_allow_root,
         device_nodes=[] if device == "cpu" else gpu_device_nodes(),
     )
     return {"sandbox": sandbox.to_json(), "rss_limit_mb": lim.memory_mb}

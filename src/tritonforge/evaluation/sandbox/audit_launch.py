@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox import audit_memory, lineage, sealed, stubs
+from tritonforge.evaluation.sandbox import audit_memory, lineage, recipe, sealed, stubs
 from tritonforge.evaluation.sandbox.audit_hook import Hook, Trip
 from tritonforge.evaluation.sandbox.audit_state import STATE, Launch, violation
 
@@ -249,6 +249,8 @@ def _launch(hook: Hook, args: tuple, frame: Any) -> None:
     if found:
         violation("python_in_kernel", f"a kernel was launched with Python objects: {found[:3]}")
         raise PermissionError("blocked by the evaluation sandbox: Python objects as kernel args")
+    if recipe.ACTIVE and not STATE.tuning:  # before the kernel runs: constants as they are
+        recipe.ACTIVE[0].on_launch(fn, a, kw)
     entry = raw_entry(fn, a, kw)
     tensors = _tensor_args(a, kw)
     STATE.grid_written = set()
@@ -280,6 +282,8 @@ def _launched(hook: Hook, args: tuple, frame: Any) -> None:
     if box[1] is None:  # a light launch
         return
     rec, tensors, snaps, marker = box[1]
+    if recipe.ACTIVE:
+        recipe.ACTIVE[0].launched(ok)
     if marker is not None:
         sealed.marker_exit(marker)
     if not ok:

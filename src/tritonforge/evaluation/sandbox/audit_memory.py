@@ -60,7 +60,7 @@ def _outside(ptrs: Any, mask: Any, width: int) -> bool:
 def _memory(hook: Hook, args: tuple, frame: Any) -> None:
     key, call, box = args
     original, (pi, mi, wi) = _ORIGINALS[key]
-    if hook.armed is not None:
+    if hook.armed is not None or STATE.bounded:  # a candidate's worker, or the replayer
         width = int(getattr(call[wi], "itemsize", 1) or 1) if wi < len(call) else 1
         mask = call[mi] if mi is not None and mi < len(call) else None
         if _outside(call[pi], mask, width):

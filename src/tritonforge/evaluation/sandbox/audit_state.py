@@ -64,6 +64,7 @@ class AuditState:
     raw: list[tuple[Any, ...]] = field(default_factory=list)
     input_ptrs: dict[int, int] = field(default_factory=dict)  # data ptr -> input index
     ranges: Any = None  # interpreter: (lo, hi) arrays of the storages the launch may touch
+    bounded: bool = False  # the trusted replayer: accesses bounded although the audit is unarmed
     # storage ptr -> its content was last written by a kernel (or copied by glue from such)
     derived: dict[int, bool] = field(default_factory=dict)
     # storages allocated uninitialised in this call (torch.empty...) and not written since

@@ -1,19 +1,29 @@
-"""Process isolation of candidates: Linux namespaces, an unprivileged user, rlimits, scrubbed env.
+"""Process isolation of candidates: Linux namespaces, an unprivileged user, Landlock, rlimits,
+a scrubbed environment.
 
 Covers the child side (`enter_sandbox`, run in a freshly forked process before any candidate
 code) and the shared `SandboxSpec`. Layers, strongest first:
 
-- user namespace mapped to `nobody` (when the judge is root) or to the caller, plus pid, net,
-  mount and ipc namespaces: the candidate sees its own process tree only, has no network (not
-  even loopback), a private tmpfs for /tmp, /dev/shm and /var/tmp, and a fresh /proc;
-- all capabilities dropped, no_new_privs, securebits locked (exec cannot regain root);
+- user namespace mapped to the caller (when the judge is not root), plus pid, net, mount and ipc
+  namespaces: the candidate sees its own process tree only, has no network (not even loopback),
+  a private tmpfs for /tmp (its scratch), /dev/shm and /var/tmp (the last two small), and a
+  fresh /proc;
+- never root: a root judge hands the worker to `nobody` with the GPU device nodes' groups
+  (identity.py), in both modes; where `nobody` cannot reach the interpreter or a device node
+  the worker refuses the candidate (`SandboxReport.refused`, a typed `Refusal` code);
+- all capabilities dropped, no_new_privs set, securebits locked (exec cannot regain root);
+- Landlock (landlock.py, where the kernel has it): writes only beneath scratch, no TCP, no
+  signals or abstract sockets outside the worker's tree;
+- not dumpable: the worker's /proc files belong to root, so other workers of the same user
+  cannot read or write its memory (/proc/PID/mem), and neither can the worker itself;
 - rlimits: CPU seconds, address space (CPU device only; CUDA reserves huge virtual ranges),
   file size, open files, processes, no core dumps;
 - a minimal environment (no tokens or secrets leak in).
 
-Where namespaces are unavailable it degrades to rlimits plus the `nobody` user (if started as
-root) and says so in `SandboxReport.warnings`. Does not cover: the fork server (zygote.py, judge/forkserver.py)
-or in-process audits (audit.py). See docs/security.md for what this does not stop.
+Where namespaces are unavailable it degrades to the rest and says so in
+`SandboxReport.warnings`. Does not cover: the fork server, the per-worker cgroups and the
+watchdog (zygote.py, cgroups.py, treewatch.py, judge/forkserver.py), seccomp (seccomp.py) or
+in-process audits (audit.py). See docs/security.md for what this does not stop.
 """
 
 from __future__ import annotations
@@ -23,11 +33,11 @@ import ctypes.util
 import os
 import resource
 import signal
-import stat
-import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from tritonforge.evaluation.sandbox import identity, landlock
+from tritonforge.evaluation.sandbox.identity import NOBODY, Refusal
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -47,7 +57,8 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_SECUREBITS = 28
 PR_SET_NO_NEW_PRIVS = 38
-NOBODY = 65534
+SMALL_TMPFS_MB = 64  # /dev/shm and /var/tmp in the namespace: shared memory is memfd or nothing
+__all__ = ["NOBODY", "SandboxReport", "SandboxSpec", "enter_sandbox"]
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
@@ -68,7 +79,6 @@ class SandboxSpec:
     # GPU device nodes the worker opens (NVIDIA /dev/nvidia*, AMD /dev/kfd + /dev/dri/*), listed
     # by the judge (tritonforge.hardware.gpu_device_nodes)
     device_nodes: list[str] = field(default_factory=list)
-    allow_root: bool = False  # rlimits mode: run the candidate as root when nobody is unusable
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,7 +94,8 @@ class SandboxReport:
     user: str = ""
     scratch: str = ""
     warnings: list[str] = field(default_factory=list)
-    refused: str = ""  # why the worker must not run the candidate at all (it says so at load)
+    refused: str = ""  # "<Refusal code>: why": the worker must not run the candidate at all
+    private_tmpfs: list[str] = field(default_factory=list)  # masked by a tmpfs of its own
 
 
 def _check(ret: int, what: str) -> None:
@@ -101,13 +112,6 @@ def _prctl(option: int, arg: int) -> int:
 
 def set_parent_death_signal() -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _become_nobody() -> None:
-    os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
-    _prctl(PR_SET_DUMPABLE, 1)  # keep /proc/self/*_map writable by ourselves after setuid
 
 
 def _write(path: str, text: str) -> None:
@@ -138,46 +142,6 @@ def _remount_readonly() -> list[str]:
         if _mount(None, mountpoint, None, flags) != 0:
             failed.append(mountpoint)
     return failed
-
-
-def _blocked_ancestor(path: str) -> str | None:
-    """Top-most ancestor of `path` that `nobody` cannot traverse (e.g. /root, mode 700)."""
-    parts = os.path.realpath(path).split(os.sep)[1:]
-    cur = ""
-    for part in parts[:-1]:
-        cur += os.sep + part
-        try:
-            st = os.stat(cur)
-        except OSError:
-            return None
-        if not st.st_mode & stat.S_IXOTH:
-            return cur
-    return None
-
-
-def _devices_usable_by_nobody(spec: SandboxSpec) -> bool:
-    """A GPU needs its device nodes (NVIDIA /dev/nvidia*; AMD /dev/kfd and /dev/dri/*): if
-    `nobody` cannot open one of them we stay uid 0 without capabilities."""
-    return spec.device != "cuda" or nodes_open_to_all(spec.device_nodes)
-
-
-def nodes_open_to_all(paths: list[str], stat_fn: Callable[[str], os.stat_result] = os.stat) -> bool:
-    """True when every character device among `paths` is readable and writable by others."""
-    want = stat.S_IROTH | stat.S_IWOTH
-    for dev in paths:
-        try:
-            mode = stat_fn(dev).st_mode
-        except OSError:
-            continue
-        if stat.S_ISCHR(mode) and (mode & want) != want:
-            return False
-    return True
-
-
-def _interpreter_paths() -> list[str]:
-    paths = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    paths.update(p for p in sys.path if p and os.path.isdir(p))
-    return sorted(os.path.realpath(p) for p in paths)
 
 
 MASKED = ("/tmp", "/dev/shm", "/var/tmp")  # replaced by private tmpfs in the sandbox
@@ -215,10 +179,10 @@ def _mask(spec: SandboxSpec, report: SandboxReport, as_root: bool) -> None:
     first and attaching the clones after masking."""
     masked = [m for m in MASKED if os.path.isdir(m)]
     needed: dict[str, str | None] = {}
-    for p in _interpreter_paths():
+    for p in identity.interpreter_paths():
         under_masked = any(_under(p, m) for m in masked)
         # under a masked dir the parents are recreated (0755) inside the new tmpfs: no extra mask
-        blocked = _blocked_ancestor(p) if as_root and not under_masked else None
+        blocked = identity.blocked_ancestor(p) if as_root and not under_masked else None
         if blocked or under_masked:
             needed[p] = blocked
     tops = [p for p in needed if not any(p != q and _under(p, q) for q in needed)]
@@ -232,12 +196,14 @@ def _mask(spec: SandboxSpec, report: SandboxReport, as_root: bool) -> None:
             report.warnings.append(
                 f"{exc}; {p} stays visible and its masked parent is not replaced"
             )
-    size = f"size={spec.max_file_mb}m,mode=1777"
     for target in masked:
         if target not in keep_open:
+            mb = spec.max_file_mb if target == "/tmp" else min(spec.max_file_mb, SMALL_TMPFS_MB)
+            size = f"size={mb}m,mode=1777"
             _check(
                 _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, size), f"tmpfs on {target}"
             )
+            report.private_tmpfs.append(target)
     for a in sorted({needed[p] for p, _ in clones if needed[p]}):
         _check(
             _mount("tmpfs", a, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755"), f"tmpfs on {a}"
@@ -250,12 +216,11 @@ def _mask(spec: SandboxSpec, report: SandboxReport, as_root: bool) -> None:
             os.close(fd)
 
 
-def _enter_namespaces(spec: SandboxSpec, report: SandboxReport) -> bool:
-    """Enter new namespaces; returns True when the worker must still drop to `nobody`.
-
-    As root no user namespace is needed: mounts are prepared as real root, then the worker
-    becomes `nobody` (all capabilities lost). Otherwise a user namespace maps the caller.
-    """
+def _enter_namespaces(spec: SandboxSpec, report: SandboxReport) -> None:
+    """Enter new namespaces. As root no user namespace is needed: mounts are prepared as real
+    root, then the worker becomes `nobody` (all capabilities lost). Otherwise a user namespace
+    maps the caller (whose own /proc files must be writable: the process is made dumpable
+    before, the fork server is not)."""
     as_root = os.getuid() == 0
     if as_root:
         _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC), "unshare")
@@ -279,7 +244,6 @@ def _enter_namespaces(spec: SandboxSpec, report: SandboxReport) -> bool:
         if as_root
         else f"uid {os.getuid()} mapped in user+pid+net+mount+ipc namespaces, read-only filesystem"
     )
-    return as_root
 
 
 def _drop_capabilities() -> None:
@@ -334,72 +298,91 @@ def _pid1_reaper(child: int) -> None:
     os._exit(code)  # exiting pid 1 kills whatever else the candidate left in the namespace
 
 
-def _root_without_namespaces(spec: SandboxSpec, report: SandboxReport) -> None:
-    """rlimits mode as root: every file the judge's root can write is the candidate's to write
-    (only the audit hook stands in the way), so refuse unless the settings allow it, and then
-    warn in every verdict."""
-    if spec.allow_root:
+def _into_pid_namespace() -> None:
+    """Fork twice after unshare: an intermediate stays outside and mirrors the exit status,
+    pid 1 of the new namespace reaps (and its exit kills whatever is left), and the caller
+    returns as pid 2, the worker."""
+    pid = os.fork()  # becomes pid 1 in the new namespace
+    if pid:
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        os._exit(128 - code if code < 0 else code)
+    set_parent_death_signal()
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    worker = os.fork()
+    if worker:
+        _pid1_reaper(worker)
+
+
+def _drop_root(spec: SandboxSpec, report: SandboxReport) -> None:
+    """A root judge's worker becomes `nobody` with the device nodes' groups, in both modes. What
+    `nobody` cannot reach is a refusal, never a reason to stay root."""
+    access = identity.device_access(spec.device_nodes if spec.device == "cuda" else [])
+    blocked = None if report.namespaces else identity.unreachable_interpreter(access.groups)
+    identity.become_nobody(access.groups)
+    if not report.namespaces:
+        report.user = "nobody (uid 65534), no namespaces"
+    if access.groups:
+        report.user += f", device groups {access.groups}"
+    if access.skipped:
         report.warnings.append(
-            "the candidate runs as root without namespaces (sandbox_allow_root): only the "
-            "in-process audit hook and the seccomp filter stand between it and the machine"
+            f"`nobody` cannot read {', '.join(access.skipped[:4])}: MIG instances are unusable"
         )
-    else:
-        report.refused = (
-            "the rlimits sandbox would run it as root (no namespaces, and `nobody` cannot reach "
-            "the interpreter); set sandbox_allow_root to accept that, or allow user namespaces"
+    if access.unreachable:
+        report.refused = identity.refusal(
+            Refusal.DEVICE_UNREACHABLE,
+            f"`nobody` cannot open {', '.join(access.unreachable[:4])} (neither through its "
+            "group nor as anyone); make the GPU's device nodes group- or world-accessible",
+        )
+    elif blocked:
+        report.refused = identity.refusal(
+            Refusal.INTERPRETER_UNREACHABLE,
+            f"the rlimits sandbox runs candidates as `nobody`, which cannot enter {blocked}; "
+            "install the interpreter and packages where `nobody` can read them, or allow "
+            "namespaces (sandbox = auto)",
+        )
+
+
+def _landlock(report: SandboxReport, scratch: str) -> None:
+    why = landlock.restrict(scratch, tuple(report.private_tmpfs))
+    if not why:
+        report.user += f"; {landlock.describe(landlock.abi())}"
+    elif not report.namespaces:
+        report.warnings.append(
+            f"{why}: without namespaces, world-writable directories (/tmp, /var/tmp, /dev/shm) "
+            "are writable by the candidate"
         )
 
 
 def enter_sandbox(spec: SandboxSpec) -> SandboxReport:
-    """Isolate the current (freshly forked) process; returns in the process that runs the worker.
-
-    With namespaces this forks twice: an intermediate stays outside and mirrors the exit status,
-    pid 1 of the new namespace reaps, and the worker runs as pid 2.
-    """
+    """Isolate the current (freshly forked) process; returns in the process that runs the worker
+    (with namespaces, pid 2 of a new pid namespace: `_into_pid_namespace`)."""
     report = SandboxReport()
     set_parent_death_signal()
-    drop_to_nobody = False
+    _prctl(PR_SET_DUMPABLE, 1)  # our own /proc files (uid_map) are ours to write until the end
+    as_root = os.getuid() == 0
     if spec.isolation in ("auto", "namespaces"):
         try:
-            drop_to_nobody = _enter_namespaces(spec, report)
+            _enter_namespaces(spec, report)
         except OSError as exc:
             if spec.isolation == "namespaces":
                 raise
-            report.warnings.append(
-                f"namespaces unavailable ({exc}); degraded to rlimits + unprivileged user"
-            )
+            report.warnings.append(f"namespaces unavailable ({exc}); degraded to rlimits")
     if report.namespaces:
-        pid = os.fork()  # becomes pid 1 in the new namespace
-        if pid:
-            _, status = os.waitpid(pid, 0)
-            code = os.waitstatus_to_exitcode(status)
-            os._exit(128 - code if code < 0 else code)
-        set_parent_death_signal()
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        worker = os.fork()
-        if worker:
-            _pid1_reaper(worker)
-        if drop_to_nobody and _devices_usable_by_nobody(spec):
-            _become_nobody()
-        else:
-            if drop_to_nobody:
-                report.user = "root without capabilities (GPU device files are not world-accessible) in pid+net+mount+ipc namespaces, read-only filesystem"
-            _drop_capabilities()
-        set_parent_death_signal()  # cleared by the credential change
+        _into_pid_namespace()
         scratch = "/tmp/scratch"
     else:
-        if os.getuid() == 0 and all(_blocked_ancestor(p) is None for p in _interpreter_paths()):
-            _become_nobody()
-            set_parent_death_signal()
-            report.user = "nobody (uid 65534), no namespaces"
-        else:
-            report.user = f"uid {os.getuid()}, no namespaces"
-            report.warnings.append(
-                "no namespaces and no usable unprivileged user: the candidate runs as the judge's user with rlimits only"
-            )
-            if os.getuid() == 0:
-                _root_without_namespaces(spec, report)
+        report.user = f"uid {os.getuid()}, no namespaces"
         scratch = spec.scratch
+    if as_root:
+        _drop_root(spec, report)
+    elif report.namespaces:
+        _drop_capabilities()
+    else:
+        report.warnings.append(
+            "no namespaces and not root: the candidate runs as the judge's own user"
+        )
+    set_parent_death_signal()  # cleared by the credential change
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
     os.makedirs(scratch, exist_ok=True)
     home = os.path.join(scratch, "home")
@@ -412,6 +395,8 @@ def enter_sandbox(spec: SandboxSpec) -> SandboxReport:
     os.environ.update(env)
     os.chdir(scratch)
     os.umask(0o077)
+    _landlock(report, scratch)
     apply_rlimits(spec)
+    _prctl(PR_SET_DUMPABLE, 0)  # /proc/PID/{mem,environ,fd,maps,...}: root's, not this user's
     report.scratch = scratch
     return report

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from tritonforge.evaluation.sandbox import recipe
 from tritonforge.evaluation.sandbox.audit_state import STATE
 from tritonforge.evaluation.sandbox.glue import ALLOCATION, UNINITIALISED, classify_op
 from tritonforge.evaluation.sandbox.sealed import CAP
@@ -49,7 +50,9 @@ def _ptr(t: torch.Tensor) -> int:
 MAX_COMPUTE_LOG = 64
 
 
-def _record(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
+def _record(func: Any, args: tuple, kwargs: dict, result: Any) -> bool:
+    """Provenance of one op's writes; whether it wrote a storage (a view or a metadata query
+    writes none)."""
     schema = func._schema
     written: set[int] = set()
     read: set[int] = set()
@@ -71,7 +74,7 @@ def _record(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
     written.discard(0)
     read.discard(0)
     if not written:
-        return  # a view or a metadata query: no storage got new content
+        return False  # a view or a metadata query: no storage got new content
     if STATE.in_grid:  # inside a launch's snapshots: not the kernel's writes
         STATE.grid_written |= written
     name = schema.name
@@ -88,6 +91,7 @@ def _record(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
     )
     for p in written:
         STATE.derived[p] = copies_kernel_data
+    return True
 
 
 def on_dispatch(hook: Any, args: tuple, frame: Any) -> None:
@@ -95,9 +99,11 @@ def on_dispatch(hook: Any, args: tuple, frame: Any) -> None:
     func, fargs, kwargs, result = args
     if STATE.active and not STATE.in_launch:
         try:
-            _record(func, fargs, kwargs, result)
+            wrote = _record(func, fargs, kwargs, result)
         except Exception:  # provenance is best effort; a missing record means "not derived"
-            pass
+            wrote = True
+        if wrote and recipe.ACTIVE and not STATE.tuning:
+            recipe.ACTIVE[0].on_op(func.name(), fargs, kwargs, result)
 
 
 def kernel_wrote(ptrs: list[int], snapshotted: bool) -> None:

@@ -223,11 +223,14 @@ def _one(
     events: bool,
     lead_ms: float,
     around: Around,
+    reset: Callable[[], None] = _nothing,
 ) -> Trial:
     """One trial. With a lead, our own work before the call (the audit's begin) overlaps the
     lead too. `around[1]` gets the call's outputs after the timer (the output is released after
-    that, outside the timed region, on both sides)."""
+    that, outside the timed region, on both sides). `reset` runs first, before the flush and
+    its synchronize (a replay's constants restored: not timed)."""
     _GC_OFF()  # and again after each call: a candidate may turn it back on (gc reached)
+    reset()
     p0 = _PERF_NS()
     if flush is not None:
         _RESET_L2()  # persisting lines (an access-policy window) first: the flush evicts them
@@ -312,6 +315,7 @@ def run_trials(
     around: Around = _NO_AROUND,
     budget_ms: float = 0.0,
     lead_key: str | None = None,
+    reset: Callable[[], None] | None = None,
 ) -> Timed:
     """Warmup calls, then the timed trials. `around` is called before and after each call,
     warmup or timed (`after(outputs, timed)`): the worker's audit of the call. With `budget_ms`
@@ -319,14 +323,15 @@ def run_trials(
     cut to what fits in it at the fastest warmup call's time (at least MIN_TRIALS). An exception
     ends the trials (the caller resets the audit's state). `lead_key` names what is timed
     (the same callable on the same inputs) so a later request starts at the lead this one ended
-    with (`Lead`; None: from the warmup's estimate)."""
+    with (`Lead`; None: from the warmup's estimate). `reset` runs before every call, warmup or
+    timed, outside the timed region (a replay's state restored)."""
     c = CLOCKS.get(clock, CLOCKS["host"])
     events = c.events and torch.cuda.is_initialized()
     lead = events and c.lead and _SLEEP is not None and _EVENT_WAIT is not None
     name = clock if events and lead == c.lead else ("cuda_events_idle" if events else "host")
     with _no_gc():
         counts = (warmup, trials, budget_ms)
-        return _run(fn, inputs, counts, name, lead, flush, sync, around, lead_key)
+        return _run(fn, inputs, counts, name, lead, flush, sync, around, lead_key, reset)
 
 
 def fitting(trials: int, budget_ms: float, call_ms: float) -> int:
@@ -347,8 +352,10 @@ def _run(
     sync: Callable[[], None],
     around: Around,
     lead_key: str | None = None,
+    reset: Callable[[], None] | None = None,
 ) -> Timed:
     """`run_trials` under clock `name` (the one actually used), the collector off."""
+    reset = reset or _nothing
     warmup, trials, budget_ms = counts
     events = name != "host"
     if lead:
@@ -360,6 +367,9 @@ def _run(
         enqueue: list[float] = []
         spent, call_ms = 0.0, float("inf")
         for i in range(warmup):
+            if reset is not _nothing:
+                reset()
+                sync()
             around[0]()
             t = _PERF_NS()
             result = fn(*inputs)
@@ -379,7 +389,7 @@ def _run(
         sizing = Lead(estimate, lead_key) if lead else None
         out.lead_ms = out.first_lead_ms = sizing.ms if sizing else 0.0
         for _ in range(trials):
-            t = _one(fn, inputs, flush, sync, events, out.lead_ms, around)
+            t = _one(fn, inputs, flush, sync, events, out.lead_ms, around, reset)
             out.hosts.append(t.host)
             out.times.append(max(t.dev, t.host - overhead) if events else t.host)
             out.exposed += t.exposed
@@ -472,6 +482,58 @@ def _waits_ms() -> float:
     return float(_CAL["waits_ms"])
 
 
+class Consistency:
+    """A replay's timed calls against its first timed call (outside the timed region): the first
+    call's outputs are kept and sent to the judge, which compares them with the reference; every
+    later call's must match them within the judge's tolerance (`tol`: dtype name -> tolerance,
+    atol scaled by the output's magnitude). So every timed call is checked, not a sample: a
+    kernel that does less work once it is timed (a call counter, a clock) is found."""
+
+    def __init__(self, spec: Any):
+        tol = spec.get("tol") if isinstance(spec, dict) else None
+        self.tol = {str(k): float(v) for k, v in tol.items()} if isinstance(tol, dict) else {}
+        self.first: list[torch.Tensor] | None = None
+        self.scales: list[float] = []
+        self.desc: dict[str, Any] | None = None
+        self.fds: list[int] = []
+        self.diverged = 0
+
+    def after(self, outs: list[torch.Tensor], out: Any) -> None:
+        if self.first is None:
+            self.first = [o.detach().clone() for o in outs]
+            self.scales = [_rms_floor(o) for o in self.first]
+            self.desc, self.fds = outputs.copy_out(out, None)
+            return
+        if len(outs) != len(self.first) or not all(
+            self._close(a, b, scale) for a, b, scale in zip(outs, self.first, self.scales)
+        ):
+            self.diverged += 1
+
+    def _close(self, a: torch.Tensor, b: torch.Tensor, scale: float) -> bool:
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if not a.is_floating_point():
+            return bool(torch.equal(a, b))
+        tol = self.tol.get(str(a.dtype).replace("torch.", ""), 1e-4)
+        return bool(torch.allclose(a, b, rtol=tol, atol=tol * scale, equal_nan=True))
+
+    def reply(self) -> dict[str, Any]:
+        kept = [{"trial": 0, "outputs": self.desc}] if self.desc is not None else []
+        return {"kept": kept, "diverged": self.diverged, "_fds": list(self.fds)}
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def _rms_floor(t: torch.Tensor) -> float:
+    """max(1, rms of t): the atol scale of a comparison with t (as judge/compare.py scales)."""
+    if not t.numel() or not t.is_floating_point():
+        return 1.0
+    return max(1.0, float(t.double().pow(2).mean().sqrt().nan_to_num(0.0)))
+
+
 def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
     """Timed trials of the worker's candidate, or (timing process) of a loaded reference `key`.
     The reply goes after a device-wide synchronize that follows the release of every object of
@@ -486,7 +548,12 @@ def time_op(w: Any, msg: dict[str, Any], fds: list[int]) -> None:
     _GC_OFF()  # (a finalizer may have reached gc and turned it back on)
     if reply is not None:
         w._sync()
-        w.reply(reply)
+        out_fds = reply.pop("_fds", [])
+        try:
+            w.reply(reply, out_fds)
+        finally:
+            for fd in out_fds:
+                os.close(fd)
 
 
 def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None:
@@ -509,6 +576,9 @@ def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None
     launches: list[int] = []
     signatures: list[str] = []
     ptrs = outputs.input_ptrs(inputs)
+    # a replay's timed calls: the first one's outputs go back to the judge, every later one's
+    # are compared here with them (`Consistency`)
+    same = Consistency(msg.get("consistency")) if getattr(w, "replay", False) and not key else None
 
     def before() -> None:
         audit.begin_call(ptrs)
@@ -522,6 +592,8 @@ def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None
             if timed:
                 signatures.append(digest)
         if timed:
+            if same is not None:
+                same.after(w._checked(out), out)
             launches.append(audit.STATE.launch_count)
 
     t_loop = _PERF_NS()
@@ -531,8 +603,11 @@ def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None
             str(msg.get("clock", "host")), w.flush, w._sync, (before, after),
             float(msg.get("budget_ms") or 0.0),
             f"{key}|{msg.get('compiled')}|{msg.get('case')}",
+            w.model.reset if getattr(w, "replay", False) and not key else None,
         )  # fmt: skip
     except BaseException as exc:
+        if same is not None:
+            same.close()
         audit.STATE.active = audit.STATE.light = False
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -543,4 +618,5 @@ def _timed(w: Any, msg: dict[str, Any], fds: list[int]) -> dict[str, Any] | None
             "exposed": timed.exposed, "leads_ms": timed.leads, "synced": timed.synced,
             "launches": launches, "signatures": signatures,
             "loop_ms": (_PERF_NS() - t_loop) / 1e6, "parts_ms": dict(_PARTS),
-            "audit": w._audit_extra()}  # fmt: skip
+            "audit": w._audit_extra(),
+            **(same.reply() if same is not None else {})}  # fmt: skip

@@ -34,7 +34,10 @@ from tritonforge.evaluation.sandbox import (
     audit,
     inductor_compat,
     outputs,
+    recipe,
     reference_host,
+    replay_model,
+    replay_provenance,
     sealed,
     seccomp,
     timing_loop,
@@ -54,6 +57,7 @@ from tritonforge.evaluation.sandbox.protocol import (
     unpack,
     unpack_buffer,
 )
+from tritonforge.evaluation.sandbox.recipe_format import RecipeError, parse_recipe
 from tritonforge.types import Status
 
 _GC_ON = gc.enable  # captured in the fork server, before any candidate exists
@@ -78,6 +82,7 @@ class Worker:
         self.shared_in: torch.Tensor | None = None  # the judge's shared device buffers
         self.shared_out: torch.Tensor | None = None
         self.resume_gc = False  # a `time` request turned the collector off until the next one
+        self.replay = False  # this worker is a trusted replayer (replay_model.py)
 
     # -- helpers -----------------------------------------------------------------------------
     def reply(self, obj: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -269,6 +274,7 @@ class Worker:
             # repeat: a first call on the same tensors, its outputs poisoned (caching check)
             first = self._first_call(inputs, ptrs) if msg.get("repeat") else None
             audit.begin_call(ptrs)
+            recorder = recipe.begin(_flat(inputs), self.device) if msg.get("recipe") else None
             with (
                 torch.no_grad(),
                 audit.forward_scope(
@@ -280,10 +286,12 @@ class Worker:
             ):
                 out = self.model(*inputs)
                 self._sync()
+                recipe.end()
                 outs = self._checked(out)
                 shared = self.shared_out if msg.get("shared_out") else None
                 desc, out_fds = outputs.copy_out(out, shared)  # inside the audited scope
         except BaseException as exc:
+            recipe.end()
             if isinstance(exc, KeyboardInterrupt):
                 raise
             self.fail(exc, "forward")
@@ -307,11 +315,12 @@ class Worker:
             "violations": list(audit.STATE.violations),
             "integrity": audit.integrity(),
         }
+        reply = {"ok": True, "outputs": desc, "facts": facts, "audit": record, "seconds": seconds}
+        if recorder is not None:  # the call's work as a recipe, for the judge's trusted replay
+            reply["recipe"], more = recorder.finish(out)
+            out_fds = [*out_fds, *more]
         try:
-            self.reply(
-                {"ok": True, "outputs": desc, "facts": facts, "audit": record, "seconds": seconds},
-                out_fds,
-            )
+            self.reply(reply, out_fds)
         finally:
             for fd in out_fds:
                 os.close(fd)
@@ -340,6 +349,75 @@ class Worker:
         self._sync()
         return poisoned, digest, n
 
+    # -- the trusted replayer (judge/replay.py) ---------------------------------------------------
+    def replay_load(self, msg: dict[str, Any], fds: list[int]) -> None:
+        """Build the replay model: the judge's kernel module (the candidate's kernels alone),
+        its parsed recipe and the constants' bytes. No candidate code but the kernels runs here,
+        and the audit is not armed."""
+        self.device = msg.get("device", "cpu")
+        self.replay = True
+        audit.STATE.bounded = True  # interpreted kernels touch only their launch's tensors
+        if self.device.startswith("cuda"):
+            torch.empty(1, device=self.device)
+        shared = self._map_shared(msg["shared"], fds[1:]) if "shared" in msg else None
+        try:
+            try:
+                blob = unpack(msg["blob"], fds[0])[0]
+            finally:
+                os.close(fds[0])
+            recipe = parse_recipe(msg["recipe"])
+            path = os.path.join(os.getcwd(), "replay_kernels.py")
+            kernels = replay_model.load_kernels(path, msg["module"])
+            self.model = replay_model.ReplayModel(recipe, kernels, blob, self.device)
+        except Exception as exc:
+            self._replay_failed(exc, "replay_load")
+            return
+        why = seccomp.install()
+        if why:
+            self.report.warnings.append(why)
+        self.reply({"ok": True, **({"shared": shared} if shared is not None else {})})
+
+    def replay_run(self, msg: dict[str, Any], fds: list[int]) -> None:
+        """One replayed call on the judge's inputs (constants restored first): its outputs."""
+        inputs = self._inputs(msg, fds)
+        try:
+            self.model.reset()
+            with torch.no_grad():
+                out = self.model(*inputs)
+            self._sync()
+            shared = self.shared_out if msg.get("shared_out") else None
+            desc, out_fds = outputs.copy_out(out, shared)
+        except Exception as exc:
+            self._replay_failed(exc, "replay")
+            return
+        try:
+            self.reply({"ok": True, "outputs": desc}, out_fds)
+        finally:
+            for fd in out_fds:
+                os.close(fd)
+
+    def replay_trace(self, msg: dict[str, Any], fds: list[int]) -> None:
+        """One replayed call traced (replay_provenance.py): per output, whether every element
+        holds data a kernel of this call wrote. Its outputs are not sent (poisoned bytes)."""
+        inputs = self._inputs(msg, fds)
+        try:
+            with torch.no_grad():
+                flags = replay_provenance.provenance(self.model, inputs, int(msg["poison"]) & 0xFF)
+            self._sync()
+        except Exception as exc:
+            self._replay_failed(exc, "replay")
+            return
+        self.reply({"ok": True, "from_kernel": flags})
+
+    def _replay_failed(self, exc: BaseException, phase: str) -> None:
+        status = classify_exception(exc, phase, raised_in_kernel(exc, self.kernel_codes))
+        if isinstance(exc, (replay_model.ReplayError, RecipeError)):
+            status = Status.INTERNAL_ERROR  # the recipe cannot run: the judge says unreplayable
+        extra = {"memory": memory_facts(self.device, str(exc))} if is_device_oom(exc) else {}
+        message = f"{type(exc).__name__}: {exc}"[:4000]
+        self.reply({"ok": False, "status": status.value, "phase": phase, "message": message,
+                    "replay": True, **extra})  # fmt: skip
+
     def time(self, msg: dict[str, Any], fds: list[int]) -> None:
         timing_loop.time_op(self, msg, fds)
 
@@ -353,6 +431,9 @@ class Worker:
             "time": self.time,
             "ref_load": lambda m, f: reference_host.load(self, m, f),
             "ref_drop": lambda m, f: reference_host.drop(self, m, f),
+            "replay_load": self.replay_load,
+            "replay_run": self.replay_run,
+            "replay_trace": self.replay_trace,
         }
         while True:
             msg, fds = self.reader.recv(None)
@@ -379,6 +460,10 @@ class Worker:
                 if not is_device_oom(exc):
                     raise
                 self.fail(exc, str(op))
+
+
+def _flat(inputs: list[Any]) -> list[torch.Tensor]:
+    return [t for v in inputs for t in flatten_tensors(v)]
 
 
 def main(fd: int, spec: dict[str, Any], report: Any) -> int:

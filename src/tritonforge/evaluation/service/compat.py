@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.types import Problem, Status, Timing, Verdict
+from tritonforge.types import Problem, Status, Verdict
 
 # Statuses at which the candidate never got past loading: KernelBench's compiled=False.
 _NOT_LOADED = {
@@ -83,22 +83,28 @@ class KernelBenchRequest(BaseModel):
         return s
 
 
-def _stats(t: Timing | None, hardware: str) -> dict[str, Any]:
+def _stats(t: dict[str, Any] | None, hardware: str) -> dict[str, Any]:
     if t is None:
         return {}
     return {
-        "mean": t.mean_ms,
-        "std": t.std_ms,
-        "min": t.min_ms,
-        "max": t.max_ms,
-        "median": t.median_ms,
-        "num_trials": t.trials,
+        "mean": t["mean_ms"],
+        "std": t["std_ms"],
+        "min": t["min_ms"],
+        "max": t["max_ms"],
+        "median": t["median_ms"],
+        "num_trials": t["trials"],
         "hardware": hardware,
         "device": hardware,
     }
 
 
-def _metadata(v: Verdict) -> dict[str, Any]:
+def _mean_or_unknown(t: dict[str, Any] | None) -> float:
+    """A timing's mean in ms, or the original's -1.0 for 'not measured' (also when non-finite:
+    a client validating `runtime: float` takes no null there)."""
+    return -1.0 if t is None or t["mean_ms"] is None else t["mean_ms"]
+
+
+def _metadata(v: Verdict, d: dict[str, Any]) -> dict[str, Any]:
     md: dict[str, Any] = {
         "hardware": v.device,
         "device": v.device,
@@ -106,10 +112,10 @@ def _metadata(v: Verdict) -> dict[str, Any]:
         "message": v.message,
         "phase": v.phase,
         "rule": v.rule,
-        "reward": v.reward,
+        "reward": d["reward"],
         "cached": v.cached,
         "correctness_trials": f"({v.trials_passed} / {v.trials_total})",
-        "notes": list(v.notes),
+        "notes": list(d["notes"]),
     }
     error_name = f"tritonforge.{v.status.value}"
     if v.status in _COMPILE_ERRORS:
@@ -118,7 +124,7 @@ def _metadata(v: Verdict) -> dict[str, Any]:
     elif v.status in _MISMATCH:
         md["correctness_issue"] = v.message
         md["correctness_issue_name"] = "correctness_issue"
-        if v.mismatch is not None and v.mismatch.max_abs_diff is not None:
+        if v.mismatch is not None and v.mismatch.max_abs_diff is not None:  # strings: nan is ok
             md["max_difference"] = [f"{v.mismatch.max_abs_diff:.6f}"]
             md["avg_difference"] = [f"{(v.mismatch.mean_abs_diff or 0.0):.6f}"]
     elif v.status is not Status.CORRECT:
@@ -130,17 +136,18 @@ def _metadata(v: Verdict) -> dict[str, Any]:
 
 
 def to_kernel_exec_result(v: Verdict) -> dict[str, Any]:
-    """Our verdict in the original server's KernelExecResult shape (runtimes in ms)."""
+    """Our verdict in the original server's KernelExecResult shape (runtimes in ms). Numbers come
+    from the verdict's JSON form, where a non-finite value is null with a note (types.finite_json);
+    the top-level runtimes and speedup keep the original's -1.0 for 'unknown'."""
+    d = v.model_dump(mode="json")
     loaded = v.compiled or (v.status not in _NOT_LOADED and v.phase not in ("static", "import"))
-    runtime = v.runtime.mean_ms if v.runtime is not None else -1.0
-    ref = v.ref_runtime.mean_ms if v.ref_runtime is not None else -1.0
     return {
         "compiled": bool(loaded),
         "correctness": v.status is Status.CORRECT,
-        "metadata": _metadata(v),
-        "runtime": runtime,
-        "runtime_stats": _stats(v.runtime, v.device),
-        "ref_runtime": ref,
-        "ref_runtime_stats": _stats(v.ref_runtime, v.device),
-        "speedup": v.speedup if v.speedup is not None else -1.0,
+        "metadata": _metadata(v, d),
+        "runtime": _mean_or_unknown(d["runtime"]),
+        "runtime_stats": _stats(d["runtime"], v.device),
+        "ref_runtime": _mean_or_unknown(d["ref_runtime"]),
+        "ref_runtime_stats": _stats(d["ref_runtime"], v.device),
+        "speedup": d["speedup"] if d["speedup"] is not None else -1.0,
     }

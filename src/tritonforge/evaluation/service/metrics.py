@@ -16,6 +16,10 @@ from prometheus_client import (
 )
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+PHASE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+# a verdict's phase_seconds also holds diagnostics that are not phases of its wall time (the
+# timed rounds' parts, lead sums and maxima, counts): not observed as phases
+_NOT_PHASES = ("round_",)
 
 
 class ServiceMetrics:
@@ -43,6 +47,15 @@ class ServiceMetrics:
             "Time the judge spent on one evaluation",
             ["device"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.phases = Histogram(
+            "tritonforge_eval_phase_seconds",
+            "Seconds one evaluation spent in a phase: queue (the service's), admission_wait, "
+            "spawn, import, compile, correctness, check, replay_load, replay, gate_wait, "
+            "timer_load, timed_rounds, recheck, ... (a verdict's phase_seconds)",
+            ["phase"],
+            buckets=PHASE_BUCKETS,
             registry=r,
         )
         self.queue_depth = Gauge(
@@ -95,6 +108,11 @@ class ServiceMetrics:
             "Requests whose client went away before the answer",
             registry=r,
         )
+
+    def observe_phases(self, phases: dict[str, float]) -> None:
+        for name, seconds in phases.items():
+            if not name.startswith(_NOT_PHASES) and seconds >= 0:
+                self.phases.labels(name).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

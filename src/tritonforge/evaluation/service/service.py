@@ -242,12 +242,17 @@ class EvalService:
 
     async def _execute(self, job: Job, key: str, pending: _Pending) -> None:
         try:
+            t_queue = time.monotonic()
             device = await self._acquire(job.preferred)
+            queued = time.monotonic() - t_queue
             pending.started = True
             try:
                 verdict = await self._run(job, device)
             finally:
                 await self._release(device)
+            if queued > 0.0005:  # the service's queue, before the judge's own phases
+                verdict.phase_seconds = {"queue": round(queued, 4), **verdict.phase_seconds}
+            self.metrics.observe_phases(verdict.phase_seconds)
             if verdict.status.value not in self.cfg.cache_skip:
                 self.cache.put(key, verdict)
             pending.future.set_result(verdict)

@@ -2,15 +2,21 @@
 
 Covers: batched sampling with a KV cache (left padding + attention mask + explicit position ids,
 one prefill then one token per step through `past_key_values`), per-request seeds, stop tokens,
-deadlines, and weight updates from a saved checkpoint or an in-memory state dict. The model runs in
-a worker thread so the event loop stays free; concurrent `generate` calls with equal sampling
-params are gathered into one batch (up to `max_batch_size` rows, after `batch_wait_s`).
+deadlines, and weight updates from a saved checkpoint or an in-memory state dict (a tensor copy
+into the served model, on its device). The model runs in a worker thread so the event loop stays
+free; concurrent `generate` calls with equal sampling params are gathered into one batch (up to
+`max_batch_size` rows, after `batch_wait_s`). `pause_mode` "wait" applies a weight update
+between batches; "keep" between decode steps, so an update waits for one step, not for a batch
+(the batch goes on under the new weights with its KV cache). `device_hold` (a context manager
+factory, e.g. training.device_share.DeviceShare.hold) is held around each decode step and each
+weight copy: the device's timing gate keeps them out while a candidate is timed.
 Does not cover: tokenization (token ids only), beam search, repetition penalties, multi-device.
 
 Logprobs: for each sampled token, log_softmax(logits / T)[token] in float32 — the log-probability
 under the model's temperature-scaled distribution (T = 1 for greedy), computed before top-k/top-p
 truncation, i.e. exactly what a trainer recomputes with a teacher-forced forward at temperature T.
-A request with `seed` samples row i of its prompts from a generator seeded with seed + i.
+A request with `seed` samples row i of its prompts from a generator seeded with seed + i (on the
+model's device: the same seed gives other tokens on a GPU than on the CPU).
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import asyncio
 import inspect
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,13 +112,19 @@ class HFEngine:
         seed: int = 0,
         request_timeout_s: float = 600.0,
         eos_token_ids: list[int] | None = None,
+        pause_mode: str = "wait",
+        device_hold: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
+        if pause_mode not in ("wait", "keep"):
+            raise ValueError(f"pause_mode {pause_mode!r}: the hf engine takes wait or keep")
         self._model = model.eval()
         self._device = next(model.parameters()).device
         self._max_batch = max_batch_size
         self._batch_wait_s = batch_wait_s
         self._timeout_s = request_timeout_s
-        self._rng = torch.Generator().manual_seed(seed)
+        self._pause_mode = pause_mode
+        self.device_hold: Callable[[], AbstractContextManager[Any]] = device_hold or nullcontext
+        self._rng = torch.Generator(device=self._device).manual_seed(seed)
         gen_cfg = getattr(model, "generation_config", None)
         eos = eos_token_ids if eos_token_ids is not None else getattr(gen_cfg, "eos_token_id", None)
         self._eos: set[int] = set([eos] if isinstance(eos, int) else (eos or []))
@@ -120,7 +134,8 @@ class HFEngine:
         # transformers >= 5.2x renamed `past_key_values` to `cache` (argument and output field).
         sig = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in sig else "past_key_values"
-        self._lock = threading.Lock()  # the model: one batch or one weight load at a time
+        # the model: one batch (pause_mode wait) or one decode step (keep), or one weight load
+        self._lock = threading.RLock()
         self._pending: list[_Row] = []
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
@@ -152,6 +167,7 @@ class HFEngine:
             batch_wait_s=config.batch_wait_s,
             seed=config.seed,
             request_timeout_s=config.request_timeout_s,
+            pause_mode=config.pause_mode,
         )
 
     @property
@@ -225,7 +241,9 @@ class HFEngine:
         return batch
 
     def _run_batch(self, rows: list[_Row]) -> list[Generation]:
-        with self._lock, torch.inference_mode():
+        # wait: the whole batch under the model lock; keep: each step takes it (_step)
+        whole = self._lock if self._pause_mode == "wait" else nullcontext()
+        with whole, torch.inference_mode():
             try:
                 return self._decode(rows)
             except Exception as exc:  # e.g. out of memory: a status, not a crash
@@ -265,33 +283,35 @@ class HFEngine:
             attn[i, width - lens[i] :] = 1
         pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L]
         gens = [
-            torch.Generator().manual_seed(r.seed) if r.seed is not None else self._rng for r in rows
+            torch.Generator(device=dev).manual_seed(r.seed) if r.seed is not None else self._rng
+            for r in rows
         ]
         stops = set(params.stop_token_ids) | (set() if params.ignore_eos else self._eos)
-        input_ids, attn, pos = input_ids.to(dev), attn.to(dev), pos.to(dev)
-        out = self._model(
-            input_ids=input_ids,
-            attention_mask=attn,
-            position_ids=pos,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        for _step in range(max(st.budget for st in states)):
-            tokens, logps = sample_step(out.logits[:, -1, :].float(), params, gens)  # [B], [B]
-            self._record(rows, states, tokens.tolist(), logps.tolist(), stops)
+        inputs = {"input_ids": input_ids.to(dev), "attention_mask": attn.to(dev)}
+        inputs["position_ids"] = pos.to(dev)
+        for _step in range(max(st.budget for st in states)):  # the prefill, then one per token
+            out, tokens, token_list, logp_list = self._step(inputs, params, gens)
+            self._record(rows, states, token_list, logp_list, stops)
             if all(st.done is not None for st in states):
                 return
-            attn = torch.cat([attn, attn.new_ones((len(rows), 1))], dim=-1)  # [B, L+t]
-            pos = pos[:, -1:] + 1  # [B, 1]
-            cache = {self._cache_kw: getattr(out, self._cache_kw)}
-            out = self._model(
-                input_ids=tokens[:, None].to(dev),
-                attention_mask=attn,
-                position_ids=pos,
-                use_cache=True,
-                logits_to_keep=1,
-                **cache,
-            )
+            mask = inputs["attention_mask"]
+            inputs = {
+                "input_ids": tokens[:, None],  # [B, 1]
+                "attention_mask": torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1),
+                "position_ids": inputs["position_ids"][:, -1:] + 1,  # [B, 1]
+                self._cache_kw: getattr(out, self._cache_kw),
+            }
+
+    def _step(
+        self, inputs: dict[str, Any], params: SamplingParams, gens: list[torch.Generator]
+    ) -> tuple[Any, torch.Tensor, list[int], list[float]]:
+        """One forward and one sampled token per row (on the device, and as host lists), under
+        the model lock and the device hold; the host copies wait for the device, so the hold
+        ends when the step's work is done."""
+        with self._lock, self.device_hold():
+            out = self._model(**inputs, use_cache=True, logits_to_keep=1)
+            tokens, logps = sample_step(out.logits[:, -1, :].float(), params, gens)  # [B], [B]
+            return out, tokens, tokens.tolist(), logps.tolist()
 
     def _record(
         self,
@@ -344,7 +364,7 @@ class HFEngine:
         return self._apply_state_dict(state_dict, version)
 
     def _apply_state_dict(self, state_dict: dict[str, torch.Tensor], version: int) -> bool:
-        with self._lock, torch.no_grad():
+        with self._lock, self.device_hold(), torch.no_grad():
             problem = check_state_dict(self._model, state_dict)
             if problem:
                 log.warning("weight update rejected: %s", problem)

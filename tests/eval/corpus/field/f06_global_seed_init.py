@@ -1,5 +1,6 @@
-"""Field style: weights built in __init__ after seeding the GLOBAL RNG (torch.manual_seed): still
-blocked (seed_probe); the message points to a private torch.Generator."""
+"""Field style: weights built in __init__ after seeding the GLOBAL RNG (torch.manual_seed(42)):
+allowed (issue 31; it was seed_probe); with the judge's INIT_SEED 42 it draws the reference's
+weights."""
 import torch
 import torch.nn as nn
 import triton
