@@ -68,6 +68,14 @@ def test_heavy_is_reproducible_signed_and_capped() -> None:
     assert torch.isfinite(half).all()
 
 
+@pytest.mark.parametrize("dist", DISTRIBUTIONS)
+def test_every_distribution_keeps_the_layout(dist: str) -> None:
+    """A transposed input stays transposed (the replay maps arguments by their strides)."""
+    x = torch.randn(40, 24).t()
+    out = transform(x, dist, gen(), 1e3)
+    assert out.shape == x.shape and out.stride() == x.stride(), (dist, out.stride())
+
+
 def test_heavy_grows_with_spread() -> None:
     x = torch.rand(1 << 16) + 0.5
     small = float((transform(x, "heavy", gen(4), 1.0) / x).max())
