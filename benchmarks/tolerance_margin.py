@@ -7,8 +7,8 @@ outputs, the measured noise scale), the candidate run in this process (trusted c
 no sandbox), and its margin, max over elements of |got - expected| / (atol * scale + rtol *
 |expected|), under the `magnitude` rule and the older `output_rms` one, at the strict per-dtype
 tolerances and at KernelBench's 1e-2. A margin above 1 fails. On a CPU the candidates run under
-Triton's interpreter (TRITON_INTERPRET=1, set here): the figures are the interpreter's
-numerics, not a GPU's.
+Triton's interpreter (TRITON_INTERPRET=1, set here for `--device cpu`): the figures are the
+interpreter's numerics, not a GPU's.
 
     python benchmarks/tolerance_margin.py --device cpu --out docs/bench/cpu_tolerance_margin.json
 """
@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+_ARGV_DEVICE = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv[:-1] else "cpu"
+if _ARGV_DEVICE == "cpu":  # before anything imports Triton
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
