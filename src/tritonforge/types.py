@@ -269,6 +269,12 @@ class Verdict(Record):
         description="The problem's reference gives different outputs on the same inputs: values "
         "were compared by statistics, not element by element.",
     )
+    degenerate: str | None = Field(
+        None,
+        description="The problem is degenerate, measured: its reference output does not depend "
+        "on its inputs, or it leaves an input unused (why). Its speedup earns no reward "
+        "(correctness only).",
+    )
     reward: JsonFloat = 0.0
     stdout_tail: str = ""
     stderr_tail: str = ""

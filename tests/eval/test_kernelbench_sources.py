@@ -95,4 +95,4 @@ def test_problems_check_says_why(capsys) -> None:
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[:4] == [f"{i}: ok" for i in IDS[:4]]
     assert lines[4].startswith(f"{IDS[4]}: no offline config")
-    assert lines[-1] == "4/5 problem(s) can be judged on cpu"
+    assert lines[-1] == "4/5 problem(s) can be judged on cpu; 0 degenerate"

@@ -101,8 +101,12 @@ def cpu_timing_settings(**kw: Any) -> EvalSettings:
 
 def settings_for(case: dict[str, Any], mode: str = "strict", device: str = "cpu") -> EvalSettings:
     """Base settings plus the case's `settings` table of dotted overrides."""
-    s = base_settings(mode, device)
-    for key, value in (case.get("settings") or {}).items():
+    return apply_overrides(base_settings(mode, device), case.get("settings") or {})
+
+
+def apply_overrides(s: EvalSettings, overrides: dict[str, Any]) -> EvalSettings:
+    """`s` with dotted overrides (`budgets.compile_s = 5`) set in place; returns `s`."""
+    for key, value in overrides.items():
         *path, leaf = key.split(".")
         node: Any = s
         for part in path:

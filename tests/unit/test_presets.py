@@ -4,7 +4,7 @@ Covers: each registered preset builds valid settings with the documented values;
 are errors; preset < TOML file < --set < flags for the evaluation commands and serve-eval;
 `preset_overrides` names the rules changed after a preset; a server request's preset keeps the
 server's isolation and seeds; the comparison with and without the output-scaled atol
-(hand-checked numbers); `require_custom_kernel` in hybrid mode; the `tritonforge_original`
+(hand-checked numbers), presets never set a defense; `require_custom_kernel` in hybrid mode; the `tritonforge_original`
 reward; docs/presets.md names every preset. Does not cover: judging with a preset end to end
 (tests/eval/test_presets_eval.py).
 """
@@ -19,7 +19,15 @@ import torch
 
 from tritonforge.commands._eval_args import add_eval_args, settings_from_args
 from tritonforge.config import ConfigError
-from tritonforge.config.eval import PRESETS, EvalSettings, load_eval_settings, preset_for_server
+from tritonforge.config.eval import (
+    CONVENTION_FIELDS,
+    DEFENSE_FIELDS,
+    PRESETS,
+    EvalSettings,
+    Preset,
+    load_eval_settings,
+    preset_for_server,
+)
 from tritonforge.evaluation.judge.checks import run_static
 from tritonforge.evaluation.judge.compare import compare
 from tritonforge.evaluation.judge.rewards import compute_reward
@@ -35,13 +43,27 @@ def test_registry_values() -> None:
     kb = EvalSettings.from_preset("kernelbench")
     assert (kb.mode, kb.correctness_trials, kb.perf_trials) == ("hybrid", 5, 100)
     assert kb.tolerance("float32") == kb.tolerance("float16") == 1e-2
-    assert kb.atol_scale == "none" and kb.distributions == ["native"]
     assert (kb.max_plausible_speedup, kb.implausible_speedup) == (10.0, "flag")
     tf = EvalSettings.from_preset("tritonforge")
     assert tf.require_custom_kernel and tf.compile_baseline
     assert tf.reward == "tritonforge_original" and tf.mode == "hybrid"
     for name in PRESETS:
         assert EvalSettings.from_preset(name).preset_overrides() == []
+
+
+def test_presets_change_conventions_never_a_defense() -> None:
+    """Every preset has the defaults' defenses; a preset that sets one is refused."""
+    plain = EvalSettings()
+    assert plain.atol_scale == "magnitude" and "heavy" in plain.distributions
+    for name, preset in PRESETS.items():
+        assert set(preset.values) <= set(CONVENTION_FIELDS), name
+        s = EvalSettings.from_preset(name)
+        for key in DEFENSE_FIELDS:
+            assert getattr(s, key) == getattr(plain, key), (name, key)
+    with pytest.raises(ValueError, match="conventions only"):
+        Preset("weak", "nowhere", {"mode": "hybrid", "distributions": ["native"]})
+    weakened = EvalSettings.from_preset("kernelbench", atol_scale="none")
+    assert weakened.preset_overrides() == ["atol_scale"]  # named on every verdict
 
 
 def test_unknown_preset_is_an_error() -> None:
@@ -116,7 +138,7 @@ def test_atol_scale_hand_checked() -> None:
     # scaled: atol_eff = 1e-4 * 10 = 1e-3; bound 1e-3 + 1e-4 * 10 = 2e-3 >= 1.5e-3
     assert compare(expected, got, tol)[0] is Status.CORRECT
     # plain allclose: 1e-4 + 1e-4 * 10 = 1.1e-3 < 1.5e-3
-    status, mm, why = compare(expected, got, tol, scale_atol=False)
+    status, mm, why = compare(expected, got, tol, atol_scale="none")
     assert status is Status.NUMERICAL_MISMATCH and mm.mismatched == 1, why
 
 

@@ -3,9 +3,12 @@ which problems cannot be judged here.
 
 Covers: argument parsing and printing for listing problems (table or JSON), showing one
 problem's reference source (and built-in solution), writing scaled KernelBench sources in
-KernelBench layout with a JSON report, and checking each problem (one reason per problem that
-cannot run here: judge/problem_check.why_not). Does not cover: loading or scaling themselves
-(tritonforge.problems, problems.kernelbench, problems.scaling).
+KernelBench layout with a JSON report, and checking each problem: one reason per problem that
+cannot run here (judge/problem_check.why_not), then, for those that can, whether it is
+degenerate (its reference output does not depend on its inputs, or on one of them: measured by
+judge/degenerate.py; one line with the word `degenerate` and the measured reason; `--quick`
+skips the measurement). Does not cover: loading or scaling themselves (tritonforge.problems,
+problems.kernelbench, problems.scaling).
 """
 
 from __future__ import annotations
@@ -79,6 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p_check.add_argument("--level", type=int, help="only this level")
     p_check.add_argument("--name", help="name or id glob")
     p_check.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p_check.add_argument(
+        "--quick", action="store_true", help="only whether each can run (no reference runs)"
+    )
     p_check.add_argument("--json", action="store_true", help="one JSON object per problem")
     p_check.set_defaults(func=run_check)
 
@@ -257,14 +263,45 @@ def run_check(args: argparse.Namespace) -> int:
     )
     if problems is None:
         return 2
-    bad = 0
+    bad = degenerate = 0
     for p in problems:
         reason = why_not(p, args.device)
+        found = None if reason is not None or args.quick else _degeneracy(p, args.device)
+        if found is not None and found.error:
+            reason = f"broken reference: {found.error}"
         bad += reason is not None
+        flagged = found is not None and found.degenerate
+        degenerate += flagged
         if args.json:
-            print(json.dumps({"id": p.id, "runnable": reason is None, "reason": reason}))
+            row: dict[str, Any] = {"id": p.id, "runnable": reason is None, "reason": reason}
+            if found is not None:
+                row["degenerate"] = flagged
+                row["constant_outputs"] = list(found.constant_outputs)
+                row["unused_inputs"] = list(found.unused_inputs)
+                row["degenerate_reason"] = found.reason or None
+            print(json.dumps(row), flush=True)
+        elif flagged:
+            print(f"{p.id}: degenerate: {found.reason}", flush=True)
         else:
-            print(f"{p.id}: {'ok' if reason is None else reason}")
+            print(f"{p.id}: {'ok' if reason is None else reason}", flush=True)
     if not args.json:
-        print(f"{len(problems) - bad}/{len(problems)} problem(s) can be judged on {args.device}")
+        measured = "" if args.quick else f"; {degenerate} degenerate"
+        print(
+            f"{len(problems) - bad}/{len(problems)} problem(s) can be judged on {args.device}"
+            + measured
+        )
     return 0
+
+
+def _degeneracy(problem: Problem, device: str) -> Any:
+    """The problem's measured degeneracy (degenerate.Degeneracy), its reference loaded here."""
+    from tritonforge.evaluation.judge.degenerate import Degeneracy, degeneracy
+    from tritonforge.evaluation.judge.reference import ReferenceError, ReferenceStore
+
+    store = ReferenceStore(max_bytes=1 << 30)
+    try:
+        return degeneracy(store.reference(problem, device))
+    except ReferenceError as exc:
+        return Degeneracy(error=str(exc)[:300])
+    finally:
+        store.clear()

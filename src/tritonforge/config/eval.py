@@ -70,15 +70,21 @@ class EvalSettings(Section):
         "triton", description="cuda = CUDA C++ via load_inline (GPU only)"
     )
     correctness_trials: int = Field(5, ge=1, le=50)
-    distributions: list[Literal["native", "shifted", "scaled", "positive"]] = Field(
-        default_factory=lambda: ["native", "shifted", "scaled"],
-        description="input distributions cycled over trials; native = the problem's own get_inputs",
+    distributions: list[Literal["native", "heavy", "shifted", "scaled", "positive"]] = Field(
+        default_factory=lambda: ["native", "heavy", "shifted", "heavy", "scaled"],
+        min_length=1,
+        description="input distributions cycled over trials (a defense: every preset uses the "
+        "default); native = the problem's own get_inputs, heavy = heavy-tailed with spikes "
+        "scaled to how much each output aggregates (judge/distributions.py; twice in 5 trials: "
+        "a subsample escapes one heavy draw in about 2% of draws)",
     )
     tolerances: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
-    atol_scale: Literal["output_rms", "none"] = Field(
-        "output_rms",
-        description="output_rms: atol is multiplied by max(1, rms(expected)); none: plain "
-        "torch.allclose semantics |got - expected| <= atol + rtol * |expected|",
+    atol_scale: Literal["magnitude", "output_rms", "none"] = Field(
+        "magnitude",
+        description="a defense (every preset uses magnitude): atol is multiplied by "
+        "max(rms(expected), noise), the noise being how far the reference's output moves when "
+        "its inputs move by a few ulps; output_rms: by max(1, rms(expected)) (zeros pass on "
+        "small outputs, KernelBench #165); none: plain torch.allclose",
     )
     nan_policy: Literal["match", "forbid"] = Field(
         "match", description="match: NaN/Inf must sit where the reference has them"
@@ -156,9 +162,14 @@ class EvalSettings(Section):
         0.0, ge=0, le=1, description="hybrid: required custom-kernel share"
     )
     max_plausible_speedup: float = Field(
-        100.0, gt=1, description="beyond the roofline bound or this: flagged"
+        100.0,
+        gt=1,
+        description="a speedup above this is flagged or rejected (implausible_speedup); a "
+        "runtime below the roofline bound is rejected under every preset",
     )
-    implausible_speedup: Literal["flag", "reject"] = "reject"
+    implausible_speedup: Literal["flag", "reject"] = Field(
+        "reject", description="what a speedup above max_plausible_speedup gets"
+    )
     reward: str = Field(
         "tritonforge", description="reward function name (evaluation.rewards.REWARDS)"
     )
@@ -235,22 +246,13 @@ class EvalSettings(Section):
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Preset:
-    """A named set of judging rules: EvalSettings values over the defaults."""
-
-    description: str
-    source: str  # where the rules were read (for docs/presets.md)
-    values: dict[str, Any] = field(default_factory=dict)
-
-
-# The settings that make up a preset's rules (what `preset_overrides` compares).
-PRESET_FIELDS = (
+# A preset changes conventions, never a defense. Conventions: how much PyTorch is allowed
+# (mode, require_custom_kernel, min_custom_share), tolerances, trial counts, the baseline, the
+# speedup threshold that is flagged, the reward.
+CONVENTION_FIELDS = (
     "mode",
     "correctness_trials",
-    "distributions",
     "tolerances",
-    "atol_scale",
     "nan_policy",
     "require_custom_kernel",
     "min_custom_share",
@@ -262,6 +264,28 @@ PRESET_FIELDS = (
     "reward",
     "hack_penalty",
 )
+# Defenses: the same under every preset (their defaults); settings that change one are named on
+# every verdict. (Static, sandbox and runtime rules and the roofline bound have no switch.)
+DEFENSE_FIELDS = ("distributions", "atol_scale")
+# The settings that make up a preset's rules (what `preset_overrides` compares).
+PRESET_FIELDS = CONVENTION_FIELDS + DEFENSE_FIELDS
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named set of judging conventions: EvalSettings values over the defaults, only of
+    CONVENTION_FIELDS (a preset that sets a defense is refused when it is made)."""
+
+    description: str
+    source: str  # where the rules were read (for docs/presets.md)
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.values) - set(CONVENTION_FIELDS))
+        if bad:
+            raise ValueError(f"a preset sets conventions only; not {bad} (a defense or unknown)")
+
+
 _LOOSE = {"float64": 1e-2, "float32": 1e-2, "float16": 1e-2, "bfloat16": 1e-2}
 
 PRESETS: dict[str, Preset] = {
@@ -271,18 +295,17 @@ PRESETS: dict[str, Preset] = {
         "this repository (EvalSettings defaults)",
     ),
     "kernelbench": Preset(
-        "KernelBench's rules: PyTorch glue allowed (hybrid), atol = rtol = 1e-2 as "
-        "torch.allclose, 5 correctness trials on get_inputs, 100 timed trials, speedup "
-        "against eager PyTorch, speedups above 10x flagged, not rejected",
+        "KernelBench's conventions: PyTorch glue allowed (hybrid), atol = rtol = 1e-2, 5 "
+        "correctness trials, 100 timed trials, speedup against eager PyTorch, speedups above "
+        "10x flagged, not rejected; our defenses (input distributions, magnitude-scaled atol, "
+        "roofline, constant outputs, degenerate problems) as under every preset",
         "ScalingIntelligence/KernelBench: scripts/eval_from_generations.py (num_correct_trials "
         "5, num_perf_trials 100), src/eval.py (atol=rtol=1e-02 for v0/v0.1 fp32, "
         "excessive_speedup_threshold 10)",
         {
             "mode": "hybrid",
             "correctness_trials": 5,
-            "distributions": ["native"],
             "tolerances": dict(_LOOSE),
-            "atol_scale": "none",
             "perf_trials": 100,
             "perf_round_ms": 0.0,  # every trial, however long
             "compile_baseline": False,
@@ -293,9 +316,9 @@ PRESETS: dict[str, Preset] = {
     ),
     "tritonforge": Preset(
         "the original slime-based TritonForge release: a @triton.jit kernel required, PyTorch "
-        "allowed around it (hybrid), atol = rtol = 1e-2 as torch.allclose, 5 correctness and "
-        "100 timed trials, reward 0.1 compiled / 0.3 correct + min(max(speedup - 1, 0), 2) "
-        "with the speedup against torch.compile (Inductor default)",
+        "allowed around it (hybrid), atol = rtol = 1e-2, 5 correctness and 100 timed "
+        "trials, reward 0.1 compiled / 0.3 correct + min(max(speedup - 1, 0), 2) with the "
+        "speedup against torch.compile (Inductor default); our defenses as under every preset",
         "RLsys-Foundation/TritonForge: SLIME/slime_plugins/rollout_buffer/generator/"
         "kernel_generator.py (validate_submission, payload num_correct_trials 5 / "
         "num_perf_trials 100, reward), kernelbench_config.py (0.1 / 0.3 / 2.3), "
@@ -303,9 +326,7 @@ PRESETS: dict[str, Preset] = {
         {
             "mode": "hybrid",
             "correctness_trials": 5,
-            "distributions": ["native"],
             "tolerances": dict(_LOOSE),
-            "atol_scale": "none",
             "require_custom_kernel": True,
             "perf_trials": 100,
             "perf_round_ms": 0.0,

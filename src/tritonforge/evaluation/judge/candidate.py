@@ -23,6 +23,7 @@ from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge import replies
 from tritonforge.evaluation.judge.admission import JudgeOutOfMemory, gib
 from tritonforge.evaluation.judge.budget import LoadAwareBudget, Starved
+from tritonforge.evaluation.judge.constant import OutputTrace
 from tritonforge.evaluation.judge.device_gate import gate
 from tritonforge.evaluation.judge.reference import Reference
 from tritonforge.evaluation.judge.session import Session, describe_exit
@@ -62,6 +63,7 @@ class CandidateRun:
     waited_s: float = 0.0  # time the worker waited for a CPU, summed over requests
     device_oom: bool = False  # a request failed for lack of device memory
     waited: float = 0.0  # seconds spent waiting for the device's gate (not the candidate's time)
+    trace: OutputTrace = field(default_factory=OutputTrace)  # outputs' fingerprints per trial
     replayer: CandidateRun | None = None  # the trusted replayer, once the replay passed
     recipe: Any = None  # a replayer's: the parsed recipe it runs (recipe_format.Recipe)
     scratch: str | None = None  # a replayer's private scratch directory (rlimits sandbox)

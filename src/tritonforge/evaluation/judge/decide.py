@@ -8,7 +8,7 @@ forward twice on the same tensors: poisoned outputs, and the two calls' launch s
 match), minimum custom-kernel share in hybrid mode (judge/work.py), unsolicited frames),
 `check_integrity` (the audit's configuration as armed, unchanged since load), `decide_timing`
 (timed calls that skipped their kernels or launched differently from the profiled calls,
-implausible speedups), `changed_after_timing` (wrong after the timing loop although every trial
+a runtime below the roofline bound under every preset, speedups above the preset's threshold), `changed_after_timing` (wrong after the timing loop although every trial
 passed), `audit_record` (the Audit summary for the verdict) and `audit_switches` (the in-process
 audit on/off, for measuring its cost).
 Each rule returns (name, reason); names are documented in docs/security.md.
@@ -251,14 +251,12 @@ def decide_timing(
     if v.speedup is None or v.runtime is None:
         return None
     bound = roofline_ms(problem.flops, nbytes, peaks)
-    if bound and v.runtime.median_ms < 0.5 * bound:
-        if s.implausible_speedup == "reject":
-            return (
-                "implausible_speedup",
-                f"measured {v.runtime.median_ms:.4f} ms is below the hardware bound of {bound:.4f} ms for this problem",
-            )
-        v.notes.append(f"suspicious: runtime below the roofline bound ({bound:.4f} ms)")
-    if v.speedup > s.max_plausible_speedup:
+    if bound and v.runtime.median_ms < 0.5 * bound:  # physically impossible: every preset
+        return (
+            "implausible_speedup",
+            f"measured {v.runtime.median_ms:.4f} ms is below the hardware bound of {bound:.4f} ms for this problem",
+        )
+    if v.speedup > s.max_plausible_speedup:  # a convention: flagged or rejected
         if s.implausible_speedup == "reject":
             return (
                 "implausible_speedup",

@@ -42,6 +42,7 @@ from tritonforge.evaluation.judge.candidate import (
 )
 from tritonforge.evaluation.judge.checks import run_static
 from tritonforge.evaluation.judge.compare import compare_to_reference, tf32_hint
+from tritonforge.evaluation.judge.constant import constant_rule
 from tritonforge.evaluation.judge.decide import (
     audit_record,
     audit_switches,
@@ -492,6 +493,11 @@ class Evaluator:
                 phase="correctness",
                 notes=run.notes,
                 **common,
+            )
+        hack = constant_rule(run.trace, run.ref, outputs, case.expected)
+        if hack:
+            return Verdict(
+                status=Status.REWARD_HACK, rule=hack[0], message=hack[1], phase=phase, **common
             )
         mutated = list(facts.mutated)
         if mutated:

@@ -1,15 +1,17 @@
 """What a verdict says beside its status: notes on properties of the problem and the candidate
 that a reader (or a model) needs to interpret it.
 
-Covers: `explain(v, run)`: a nondeterministic reference (and how it was judged), a PyTorch
-epilogue accepted in hybrid mode, libdevice under the CPU interpreter. Does not cover: deciding
-anything (decide.py, evaluator.py).
+Covers: `explain(v, run)`: a nondeterministic reference (and how it was judged), a degenerate
+problem (measured once per problem: degenerate.py; the fact goes on `Verdict.degenerate`, which
+the rewards read), a PyTorch epilogue accepted in hybrid mode, libdevice under the CPU
+interpreter. Does not cover: deciding anything (decide.py, evaluator.py).
 """
 
 from __future__ import annotations
 
 from tritonforge.evaluation.judge.candidate import CandidateRun
 from tritonforge.evaluation.judge.decide import fmt_ops
+from tritonforge.evaluation.judge.degenerate import degeneracy
 from tritonforge.evaluation.judge.problem_check import STAT_RUNS
 from tritonforge.types import Status, Verdict
 
@@ -29,6 +31,13 @@ def explain(v: Verdict, run: CandidateRun) -> None:
             f"the reference is nondeterministic ({why}): outputs were compared by statistics "
             f"(mean, std, mean |x| of each output, within the spread of {STAT_RUNS} reference "
             "runs on the same inputs), not element by element"
+        )
+    found = degeneracy(run.ref)
+    if found.degenerate:
+        v.degenerate = found.reason
+        v.notes.append(
+            f"degenerate problem (measured): {found.reason}; a speedup on it earns no reward "
+            "(correctness only)"
         )
     if v.status is Status.CORRECT and v.audit is not None and v.audit.epilogue_ops:
         v.notes.append(

@@ -44,7 +44,9 @@ import torch
 
 from tritonforge.evaluation.judge.admission import Footprint, JudgeOutOfMemory
 from tritonforge.evaluation.judge.compare import output_bytes
+from tritonforge.evaluation.judge.distributions import transform
 from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.noise import output_noise
 from tritonforge.evaluation.judge.problem_check import cannot_run, missing_reason, randomness
 from tritonforge.evaluation.judge.rng import generator_key, must_hold, seeded
 from tritonforge.evaluation.sandbox.classify import is_device_oom
@@ -60,7 +62,6 @@ from tritonforge.evaluation.sandbox.protocol import (
 from tritonforge.types import Problem
 
 INIT_SEED = 42  # the global generators' seed for Model(): the candidate's worker uses it too
-DISTRIBUTIONS = ("native", "shifted", "scaled", "positive")
 
 
 class ReferenceError(Exception):
@@ -89,25 +90,6 @@ def load_module(src: str, name: str) -> types.ModuleType:
     return mod
 
 
-def transform(x: torch.Tensor, dist: str, gen: torch.Generator) -> torch.Tensor:
-    """Apply an input distribution to one floating tensor (integer/bool tensors pass unchanged).
-
-    native: unchanged. shifted: non-zero mean (x + c, or x*a + c for non-negative inputs).
-    scaled: x * 4. positive: |x| + 0.05. Sign constraints of non-negative inputs are kept.
-    """
-    if dist == "native" or not x.is_floating_point() or x.numel() == 0:
-        return x
-    nonneg = bool((x >= 0).all())
-    u = float(torch.rand((), generator=gen))
-    if dist == "shifted":
-        return x * (1.0 + u) + (0.25 + u) if nonneg else x + (0.75 + u)
-    if dist == "scaled":
-        return x * 4.0
-    if dist == "positive":
-        return x.abs() + 0.05
-    raise ValueError(f"unknown distribution {dist!r}; known: {DISTRIBUTIONS}")
-
-
 class Case:
     """One set of inputs, its reference outputs, and the sealed memfd workers can map.
 
@@ -126,8 +108,11 @@ class Case:
         device_bytes: int = 0,  # of nbytes, those in device memory (expected, packed inputs)
         packed: torch.Tensor | None = None,
         stat_runs: list[list[tuple[float, float, float, int]]] | None = None,
+        noise: list[float | None] | None = None,
     ):
         self.inputs, self.expected, self.desc = inputs, expected, desc
+        # per top-level output: how far it moves when the inputs move by a few ulps (noise.py)
+        self.noise = noise
         self.ident = secrets.token_hex(8)  # names this case to the timing process
         # nondeterministic reference: the statistics of several runs (problem_check.randomness)
         self.stat_runs = stat_runs
@@ -199,6 +184,8 @@ class Reference:
     weights: int = 0  # device bytes of the model's parameters and buffers
     footprint: Footprint | None = None  # measured when the first case is built
     draws_from: frozenset[str] | None = None  # the global generators the last draw used
+    spread: float | None = None  # input bytes over output bytes (heavy inputs), once measured
+    degeneracy: Any = None  # degenerate.Degeneracy, measured once (degenerate.degeneracy)
 
     def draw_inputs(self, seed: int, dist: str) -> list[Any]:
         """get_inputs() under a hidden seed. On a GPU the draw runs there (factory calls default
@@ -218,12 +205,28 @@ class Reference:
             own = frozenset(filter(None, [generator_key(self.device)]))
             start = own if self.draws_from is None else self.draws_from
         raw, self.draws_from = seeded(draw, seed, start)
-        return [map_tensors(v, lambda t: transform(t, dist, gen)) for v in raw]
+        if dist == "heavy" and self.spread is None:
+            self.spread = self._spread(raw)
+        spread = self.spread or 1.0
+        return [map_tensors(v, lambda t: transform(t, dist, gen, spread)) for v in raw]
 
-    def run(self, inputs: list[Any]) -> Any:
+    def _spread(self, raw: list[Any]) -> float:
+        """Input bytes over output bytes: from shapes on the meta device, else from a run of
+        the reference on the problem's own inputs `raw`."""
+        fp = meta_footprint(self)
+        if fp.inputs and fp.outputs:
+            return fp.inputs / fp.outputs
+        in_bytes = sum(t.numel() * t.element_size() for t in flatten_tensors(raw))
+        return in_bytes / max(1, output_bytes(self.run(raw)))
+
+    def run(self, inputs: list[Any], perturb: Callable[[torch.Tensor], Any] | None = None) -> Any:
+        """The reference's outputs on copies of `inputs` (`perturb` changes each copy first:
+        noise.Perturber)."""
         # a copy even on the same device: a reference that works in place must not change the
         # inputs the candidate will get
         dev_inputs = [map_tensors(v, lambda t: t.to(self.device, copy=True)) for v in inputs]
+        if perturb is not None:
+            dev_inputs = [map_tensors(v, perturb) for v in dev_inputs]
         with torch.no_grad():
             out = self.model(*dev_inputs)
         return map_tensors(out, lambda t: t.detach())
@@ -345,6 +348,9 @@ class ReferenceStore:
             else 0
         )
         stat_runs = randomness(ref, inputs, expected)  # checked on the first case
+        noise = None
+        if not stat_runs:
+            noise = output_noise(ref.run, inputs, expected, torch.Generator().manual_seed(seed))
         in_bytes = sum(t.numel() * t.element_size() for t in flatten_tensors(inputs))
         out_bytes = output_bytes(expected)
         if ref.footprint is None:
@@ -357,14 +363,15 @@ class ReferenceStore:
                 )
         if ref.device == "cpu":
             desc, fd = pack(inputs)
-            return Case(inputs, expected, desc, fd, desc["size"] + out_bytes, stat_runs=stat_runs)
+            size = desc["size"] + out_bytes
+            return Case(inputs, expected, desc, fd, size, stat_runs=stat_runs, noise=noise)
         # what a shared device buffer is filled from (transport.py); the memfd is made on use
         packed = torch.empty(packed_size(inputs), dtype=torch.uint8, device=ref.device)
         desc = pack_into(inputs, packed)
         assert desc is not None  # sized by packed_size
         inputs = list(unpack_buffer(desc, packed, keep_strides=True, copy=False))
         dev_bytes = out_bytes + desc["size"]
-        return Case(inputs, expected, desc, -1, dev_bytes, dev_bytes, packed, stat_runs)
+        return Case(inputs, expected, desc, -1, dev_bytes, dev_bytes, packed, stat_runs, noise)
 
     def _grow(self, host_bytes: int) -> None:
         """A case made its memfd: count the host bytes (evicted beyond the bound later)."""

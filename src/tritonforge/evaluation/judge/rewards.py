@@ -4,8 +4,11 @@ Covers: `tritonforge`, `kevin`, `log_speedup`, `tritonforge_compile` (the `trito
 the speedup over torch.compile(reference) instead of eager; needs `compile_baseline`),
 `tritonforge_original` (the original release's reward, preset `tritonforge`: like
 `tritonforge_compile`, but its 0.1 goes to a kernel that compiled and launched), and the hack
-penalty. A reward is always finite: a non-finite speedup counts as not measured.
-Does not cover: per-turn returns or normalisation (see rollout.returns and rollout.buffer).
+penalty. A reward is always finite: a non-finite speedup counts as not measured. A verdict of a
+degenerate problem (`Verdict.degenerate`: its output does not depend on its inputs, measured by
+the judge) earns correctness only: every reward reads its speedup as not measured
+(`rewarded_speedup`). Does not cover: per-turn returns or normalisation (see rollout.returns and
+rollout.buffer).
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ def register(name: str) -> Callable[[RewardFn], RewardFn]:
     return deco
 
 
+def rewarded_speedup(v: Verdict, speedup: float | None) -> float | None:
+    """The speedup a reward may credit: none on a degenerate problem (correctness only)."""
+    return None if v.degenerate else speedup
+
+
 def _shaped(v: Verdict, speedup: float | None) -> float:
+    speedup = rewarded_speedup(v, speedup)
     if v.status is Status.CORRECT:
         return 0.3 + (min(max(speedup - 1.0, 0.0), 2.0) if speedup is not None else 0.0)
     if v.status.ran:
@@ -55,7 +64,7 @@ def tritonforge_original_reward(v: Verdict) -> float:
 def kevin_reward(v: Verdict) -> float:
     """Kevin-style: 0.3 + speedup if correct, else 0 (speedup counts 0 when it was not timed)."""
     if v.status is Status.CORRECT:
-        return 0.3 + (v.speedup or 0.0)
+        return 0.3 + (rewarded_speedup(v, v.speedup) or 0.0)
     return 0.0
 
 
@@ -63,9 +72,10 @@ def kevin_reward(v: Verdict) -> float:
 def log_speedup_reward(v: Verdict) -> float:
     """0.3 + ln(speedup) clipped to [-0.15, 3] if correct (never below 'ran but wrong'), 0.1 if wrong."""
     if v.status is Status.CORRECT:
-        if v.speedup is None or v.speedup <= 0:
+        speedup = rewarded_speedup(v, v.speedup)
+        if speedup is None or speedup <= 0:
             return 0.3
-        return 0.3 + min(max(math.log(v.speedup), -0.15), 3.0)
+        return 0.3 + min(max(math.log(speedup), -0.15), 3.0)
     if v.status.ran:
         return 0.1
     return 0.0

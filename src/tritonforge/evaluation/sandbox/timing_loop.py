@@ -3,7 +3,8 @@
 Covers: `time_op` (the op: which model, which inputs, the audit around each call, the reply),
 `timing_inputs` (timing_inputs.py: the device copy of a timing case, made once per case and
 model), and
-`run_trials` (warmup, then per trial: L2 flush, device-wide synchronize, the call between
+`run_trials` (warmup, then per trial: L2 flush (persisting L2 lines reset first: l2_persist.py),
+device-wide synchronize, the call between
 two CUDA events and host timer reads, device-wide synchronize) under a clock of CLOCKS:
 - `cuda_events` (default): the call is queued behind a *lead*, a device-side sleep on the current
   stream that every pool stream of the process (and the default stream) waits for, so the host's
@@ -54,7 +55,7 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox import audit, outputs, reference_host, sealed
+from tritonforge.evaluation.sandbox import audit, l2_persist, outputs, reference_host, sealed
 from tritonforge.evaluation.sandbox.devshare import DevShareError
 from tritonforge.evaluation.sandbox.protocol import CLOCKS, TRIAL_PARTS
 from tritonforge.evaluation.sandbox.timing_inputs import timing_inputs
@@ -77,6 +78,7 @@ MAX_POOL = 256  # bound on the streams of one priority's pool (c10 has 32)
 
 
 _EVENT = torch.cuda.Event
+_RESET_L2 = l2_persist.reset_persisting_l2
 _ELAPSED = torch.cuda.Event.elapsed_time
 # C functions only (CUDA builds; None on the CPU): nothing in them looks up a Python global
 _EVENT_RECORD = getattr(torch._C._CudaEventBase, "record", None)  # (event, stream)
@@ -231,6 +233,7 @@ def _one(
     reset()
     p0 = _PERF_NS()
     if flush is not None:
+        _RESET_L2()  # persisting lines (an access-policy window) first: the flush evicts them
         with sealed.guard():
             _ZERO(flush)
     sync()

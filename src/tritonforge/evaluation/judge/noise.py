@@ -1,0 +1,110 @@
+"""How far a reference's outputs move when its inputs move by a few ulps: the rounding noise an
+honest kernel's different summation order makes, measured on the reference itself.
+
+Covers: `Perturber`, which multiplies every floating element of an input copy by (1 + d * v),
+v uniform in [-1, 1], d = PERTURB_ULPS x the dtype's epsilon (in place, a chunk at a time);
+`output_noise(run, inputs, expected, gen)`: per top-level output, rms(run(perturbed) - expected)
+/ d, the output's noise scale (None for integer and bool outputs). Rounding errors of a kernel
+grow with its inputs' magnitude and its reduction lengths, not with its output's: for a
+well-conditioned output the noise scale is about the output's own rms, for a mean of a
+normalised tensor (KernelBench L2/23) it is the size of the intermediates, and a constant
+output of exact arithmetic has none. compare.py's `magnitude` rule scales the absolute
+tolerance by max(rms(expected), noise); degenerate.py uses it as the yardstick of "the same
+output". Does not cover: which reference (reference.py), the comparison itself (compare.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+PERTURB_ULPS = 4.0
+_CHUNK = 1 << 24
+
+
+class Perturber:
+    """An in-place perturbation of input copies; `step` is the largest relative d it used."""
+
+    def __init__(self, gen: torch.Generator):
+        self._gen = gen
+        self._device_gens: dict[str, torch.Generator] = {}
+        self.step = 0.0
+
+    def _device_gen(self, device: torch.device) -> torch.Generator:
+        key = str(device)
+        if key not in self._device_gens:
+            g = torch.Generator(device=device)
+            g.manual_seed(int(torch.randint(1 << 62, (), generator=self._gen)))
+            self._device_gens[key] = g
+        return self._device_gens[key]
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        if not t.is_floating_point() or t.numel() == 0:
+            return t
+        d = PERTURB_ULPS * torch.finfo(t.dtype).eps
+        self.step = max(self.step, d)
+        t = t if t.is_contiguous() else t.contiguous()
+        flat, g = t.view(-1), self._device_gen(t.device)
+        wide = torch.float64 if t.dtype == torch.float64 else torch.float32
+        for i in range(0, flat.numel(), _CHUNK):
+            part = flat[i : i + _CHUNK]
+            v = torch.rand(part.shape, generator=g, device=t.device, dtype=wide)
+            part.copy_((part.to(wide) * (1.0 + d * (2.0 * v - 1.0))).to(t.dtype))
+        return t
+
+
+def _items(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _tensors(values: list[Any]) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(_tensors(list(v)))
+    return out
+
+
+def rms_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Root mean square of a - b over the elements finite in both (0 when none)."""
+    wide = torch.complex128 if a.is_complex() else torch.float64
+    total, count = 0.0, 0
+    fa, fb = a.reshape(-1), b.reshape(-1).to(a.device)
+    for i in range(0, fa.numel(), _CHUNK):
+        x, y = fa[i : i + _CHUNK].to(wide), fb[i : i + _CHUNK].to(wide)
+        ok = torch.isfinite(x) & torch.isfinite(y)
+        total += float((x[ok] - y[ok]).abs().square().sum())
+        count += int(ok.sum())
+    return (total / count) ** 0.5 if count else 0.0
+
+
+def item_noise(e: Any, again: Any, step: float) -> float | None:
+    """The noise scale of one top-level output (None: integer, bool or not a number)."""
+    if isinstance(e, torch.Tensor):
+        if not (e.is_floating_point() or e.is_complex()) or not isinstance(again, torch.Tensor):
+            return None
+        if tuple(e.shape) != tuple(again.shape):
+            return None
+        return rms_diff(e, again) / step if step else 0.0
+    if isinstance(e, float) and isinstance(again, (int, float)):
+        return abs(e - float(again)) / step if step else 0.0
+    return None
+
+
+def output_noise(
+    run: Callable[..., Any], inputs: list[Any], expected: Any, gen: torch.Generator
+) -> list[float | None]:
+    """Per top-level output of `expected`, its noise scale: `run(inputs, perturb=...)` is the
+    reference run on perturbed copies of `inputs` (reference.Reference.run)."""
+    exp_items = _items(expected)
+    if any(t.is_meta for t in _tensors(inputs) + _tensors(exp_items)):
+        return [None] * len(exp_items)  # no values (the meta device stands in for a GPU in tests)
+    perturb = Perturber(gen)
+    again_items = _items(run(inputs, perturb=perturb))
+    if len(exp_items) != len(again_items):
+        return [None] * len(exp_items)
+    return [item_noise(e, a, perturb.step) for e, a in zip(exp_items, again_items)]
