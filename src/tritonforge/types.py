@@ -230,7 +230,9 @@ class Audit(Record):
 
 
 class Verdict(Record):
-    """The evaluator's answer for one candidate. Always produced; never raised."""
+    """The evaluator's answer for one candidate: facts only (status, rule, correctness evidence,
+    times, speedups and their intervals, work share, notes); the task turns it into a reward
+    (rollout/rewards.py). Always produced; never raised."""
 
     status: Status
     message: str = Field("", description="What a model should read to fix the candidate.")
@@ -275,7 +277,6 @@ class Verdict(Record):
         "on its inputs, or it leaves an input unused (why). Its speedup earns no reward "
         "(correctness only).",
     )
-    reward: JsonFloat = 0.0
     stdout_tail: str = ""
     stderr_tail: str = ""
     notes: list[str] = Field(default_factory=list)
@@ -286,7 +287,11 @@ class Verdict(Record):
     @model_validator(mode="before")
     @classmethod
     def _read_nonfinite(cls, data: Any) -> Any:
-        """A verdict read back from its JSON form gets its non-finite values again."""
+        """A verdict read back from its JSON form gets its non-finite values again. A `reward`
+        (verdicts written before rewards moved to the task side: rollout/rewards.py) is
+        dropped: a verdict states facts only."""
+        if isinstance(data, dict) and "reward" in data:
+            data = {k: v for k, v in data.items() if k != "reward"}
         if isinstance(data, dict) and isinstance(data.get("notes"), list):
             return restore_nonfinite(data, data["notes"])
         return data
@@ -311,7 +316,7 @@ class Verdict(Record):
         if self.speedup_vs_compile is not None:
             sp += f" vs_compile={self.speedup_vs_compile:.2f}x"
         rule = f" rule={self.rule}" if self.rule else ""
-        return f"{self.problem_id} {self.status.value}{rule}{sp} reward={self.reward:.3f}"
+        return f"{self.problem_id} {self.status.value}{rule}{sp}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import helpers.hack_corpus as hc
 from helpers.nobody_python import needs_exposing, sandbox_evaluator
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.evaluator import Evaluator
+from tritonforge.rollout.rewards import compute_reward
 from tritonforge.types import Status, Verdict
 
 pytestmark = pytest.mark.slow
@@ -72,7 +73,7 @@ def expect(v: Verdict, case: dict[str, Any], status: str, rule: str | None) -> N
     assert v.rule == (rule or None), detail
     assert v.correct is (status == "correct"), detail
     if status == "reward_hack":
-        assert v.reward == 0.0, detail  # the default hack_penalty
+        assert compute_reward(v) == 0.0, detail  # the default hack_penalty
 
 
 def test_corpus_size_and_classes() -> None:

@@ -17,6 +17,7 @@ import pytest
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.problems import load_suite
+from tritonforge.rollout.rewards import compute_reward
 from tritonforge.types import Problem, Status, Verdict
 
 CPU_PROBLEMS = load_suite("builtin", size="cpu")
@@ -56,7 +57,7 @@ def test_builtin_solution_accepted_cpu(cpu_verdicts: dict[str, Verdict], problem
     v = cpu_verdicts[problem.id]
     check_accepted(problem, v)
     assert v.speedup is None and v.device == "cpu"
-    assert v.reward == pytest.approx(0.3)  # correct, not timed
+    assert compute_reward(v) == pytest.approx(0.3)  # correct, not timed
 
 
 @pytest.fixture(scope="module")

@@ -128,10 +128,11 @@ def test_fork_server_killed_mid_evaluation(ev: Evaluator) -> None:
     assert_good(ev)
 
 
-def test_unknown_reward_is_internal_error(ev: Evaluator) -> None:
-    v = ev.evaluate(PROBLEM, GOOD, fast(reward="no_such_reward"))
-    assert v.status is Status.INTERNAL_ERROR
-    assert "no_such_reward" in v.message and v.reward == 0.0 and not v.correct
+def test_a_reward_in_the_judges_settings_is_refused_with_where_it_went() -> None:
+    """The judge states facts; a reward is the task's (task.reward): settings naming one are
+    refused with the key to use instead, never silently judged under another reward."""
+    with pytest.raises(ValueError, match=r"hack_penalty, reward moved .* task\.hack_penalty"):
+        EvalSettings(device="cpu", reward="kevin", hack_penalty=-1.0)
 
 
 @pytest.mark.parametrize(
@@ -153,7 +154,7 @@ def test_broken_reference_is_internal_error(ev: Evaluator, src: str, fragment: s
     )
     v = ev.evaluate(broken, GOOD)
     assert v.status is Status.INTERNAL_ERROR and v.phase == "reference", v.message
-    assert fragment in v.message and v.reward == 0.0
+    assert fragment in v.message and not v.correct
 
 
 def test_none_and_garbage_sources(ev: Evaluator) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.evaluator import Evaluator
+from tritonforge.rollout.rewards import compute_reward
 from tritonforge.types import Problem, Status, Verdict
 
 if sys.version_info >= (3, 11):
@@ -61,9 +62,9 @@ def check(case: dict[str, Any], v: Verdict, expected: str) -> None:
         for fragment in case.get("message", []):
             assert fragment in v.message, f"{fragment!r} not in message\n{detail}"
     if v.status.is_fault or v.status is Status.REWARD_HACK:
-        assert v.reward == 0.0
+        assert compute_reward(v) == 0.0
     elif v.status.ran and not v.correct:
-        assert v.reward == pytest.approx(0.1)  # tritonforge reward: ran but wrong
+        assert compute_reward(v) == pytest.approx(0.1)  # tritonforge reward: ran but wrong
 
 
 def check_numerical(v: Verdict) -> None:

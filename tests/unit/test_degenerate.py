@@ -18,7 +18,7 @@ import torch
 from tritonforge.evaluation.judge.constant import OutputTrace, constant_rule, fingerprint
 from tritonforge.evaluation.judge.degenerate import degeneracy, measure
 from tritonforge.evaluation.judge.reference import ReferenceStore
-from tritonforge.evaluation.judge.rewards import compute_reward
+from tritonforge.rollout.rewards import compute_reward
 from tritonforge.types import Problem, Status, Verdict
 
 

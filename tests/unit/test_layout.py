@@ -4,8 +4,7 @@ Covers: evaluation/sandbox/ is exactly the package code loaded in the candidate'
 server and worker), and nothing of the judge or the service is (run, not parsed); and the static
 import graph of src/tritonforge (every `import` and `from ... import`, at module level, in
 functions and under TYPE_CHECKING, parsed, not run) has
-- no circle of modules, except inside evaluation/judge (those are reported as warnings: the
-  judge is being reshaped; issue 34);
+- no circle of modules;
 - no import from a lower layer into a higher one. The layers, lowest first (LAYERS):
   foundation (types, config, logging, hardware, retry, model_cast) < problems < evaluation <
   rollout < training < plan < jobs < scale < commands < cli. training/ is the trainer library:
@@ -22,7 +21,6 @@ import ast
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import tritonforge
@@ -77,7 +75,6 @@ EVALUATION_LAYERS = [  # inside evaluation/, lowest first (the rest of evaluatio
     ("judge", ("tritonforge.evaluation.judge",)),
     ("rest", ("tritonforge.evaluation",)),
 ]
-CIRCLES_TOLERATED_IN = "tritonforge.evaluation.judge."
 
 
 def _module_name(path: Path) -> str:
@@ -176,12 +173,9 @@ def test_the_import_graph_is_read_from_every_module() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_no_import_circles_outside_the_judge() -> None:
+def test_no_import_circles() -> None:
     circles = _circles(import_graph())
-    outside = [c for c in circles if not all(m.startswith(CIRCLES_TOLERATED_IN) for m in c)]
-    assert not outside, f"import circles: {outside}"
-    for c in circles:  # for the judge's owner: circles inside evaluation/judge
-        warnings.warn(f"import circle inside evaluation/judge: {' <-> '.join(c)}", stacklevel=1)
+    assert not circles, f"import circles: {circles}"
 
 
 def _violations(

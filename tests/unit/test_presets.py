@@ -30,7 +30,7 @@ from tritonforge.config.eval import (
 )
 from tritonforge.evaluation.judge.checks import run_static
 from tritonforge.evaluation.judge.compare import compare
-from tritonforge.evaluation.judge.rewards import compute_reward
+from tritonforge.rollout.rewards import compute_reward, conventional_reward
 from tritonforge.types import Status, Verdict
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "presets.md"
@@ -46,7 +46,8 @@ def test_registry_values() -> None:
     assert (kb.max_plausible_speedup, kb.implausible_speedup) == (10.0, "flag")
     tf = EvalSettings.from_preset("tritonforge")
     assert tf.require_custom_kernel and tf.compile_baseline
-    assert tf.reward == "tritonforge_original" and tf.mode == "hybrid"
+    assert conventional_reward("tritonforge") == "tritonforge_original" and tf.mode == "hybrid"
+    assert conventional_reward("kernelbench") == conventional_reward("strict") == "tritonforge"
     for name in PRESETS:
         assert EvalSettings.from_preset(name).preset_overrides() == []
 

@@ -59,7 +59,6 @@ def test_kernel_task_round_trip_with_fake_backend() -> None:
     prepared = Verdict(
         status=Status.COMPILE_ERROR,
         message="CompilationError: at 3:4: bad",
-        reward=0.0,
         device="cuda",
     )
     backend = FakeBackend([prepared])
@@ -84,7 +83,7 @@ def test_kernel_task_no_code_skips_backend() -> None:
             PROBLEM, task.extract("<think>still thinking ```python\nclass ModelNew: pass\n```")
         )
     )
-    assert v.status is Status.NO_CODE and v.reward == 0.0 and v.problem_id == "builtin/relu"
+    assert v.status is Status.NO_CODE and task.reward(v) == 0.0 and v.problem_id == "builtin/relu"
     assert "without a closing </think>" in v.message
     assert backend.calls == []
     v2 = asyncio.run(task.judge(PROBLEM, task.extract("I cannot do this.")))
@@ -117,17 +116,32 @@ def test_arith_task() -> None:
     right = task.extract("<think>maybe 8? no: 3+4</think>3 + 4 = 7")
     assert (right.code, right.found) == ("7", Found.ANSWER)  # last integer outside thinking
     v = asyncio.run(task.judge(p, right))
-    assert (v.status, v.correct, v.reward) == (Status.CORRECT, True, 1.0)
+    assert (v.status, v.correct, task.reward(v)) == (Status.CORRECT, True, 1.0)
     assert task.feedback(v) == "Correct."
     wrong = asyncio.run(task.judge(p, task.extract("The answer is 8.")))
-    assert (wrong.status, wrong.reward) == (Status.NUMERICAL_MISMATCH, 0.0)
+    assert (wrong.status, task.reward(wrong)) == (Status.NUMERICAL_MISMATCH, 0.0)
     assert (
         task.feedback(wrong)
         == "8 is not the right answer. Try again and end your answer with the number."
     )
     none = asyncio.run(task.judge(p, task.extract("<think>7</think>I do not know")))
-    assert none.status is Status.NO_CODE and none.reward == 0.0
+    assert none.status is Status.NO_CODE and task.reward(none) == 0.0
     neg = Problem(
         id="arith/1", suite="arith", name="-5+2", reference_src="", meta={"a": -5, "b": 2}
     )
-    assert asyncio.run(task.judge(neg, task.extract("It is -3"))).reward == 1.0
+    assert task.reward(asyncio.run(task.judge(neg, task.extract("It is -3")))) == 1.0
+
+
+def test_kernel_task_computes_its_own_reward_from_the_facts() -> None:
+    """The judge states facts; the task's reward name and hack penalty turn them into rewards,
+    and a changed reward needs no new verdict."""
+    fast = Verdict(status=Status.CORRECT, speedup=2.0, speedup_vs_compile=1.5, preset="strict")
+    hack = Verdict(status=Status.REWARD_HACK, rule="timing_tamper", compiled=True)
+    conventional = build_task(TaskConfig())
+    assert conventional.reward(fast) == pytest.approx(1.3)  # strict: tritonforge, vs eager
+    assert conventional.reward(fast.model_copy(update={"preset": "tritonforge"})) == (
+        pytest.approx(0.8)  # the original release's: vs torch.compile
+    )
+    kevin = build_task(TaskConfig(reward="kevin", hack_penalty=-1.0))
+    assert kevin.reward(fast) == pytest.approx(2.3) and kevin.reward(hack) == -1.0
+    assert conventional.reward(hack) == 0.0

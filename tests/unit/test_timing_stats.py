@@ -4,13 +4,14 @@ table of eval-dir."""
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
 
-from tritonforge.evaluation.judge.rewards import REWARDS, compute_reward
 from tritonforge.evaluation.judge.summary import speedup_cell, summarize, to_markdown
 from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci
+from tritonforge.rollout.rewards import REWARDS, compute_reward
 from tritonforge.types import Status, Verdict
 
 
@@ -51,15 +52,17 @@ def test_summary_shows_compile_speedups_and_counts_judge_faults_apart() -> None:
     b = _correct(0.5, 2.0)
     c = Verdict(status=Status.JUDGE_FAULT, problem_id="c", message="out of device memory")
     d = Verdict(status=Status.CRASH, problem_id="d")
-    s = summarize({"a": [a], "b": [b], "c": [c], "d": [d]}, ["a", "b", "c", "d"])
+    reward = functools.partial(compute_reward, name="tritonforge")
+    s = summarize({"a": [a], "b": [b], "c": [c], "d": [d]}, ["a", "b", "c", "d"], reward)
     assert s["geomean_speedup"] == pytest.approx(1.0)
     assert s["geomean_speedup_vs_compile"] == pytest.approx(1.0)
     assert s["fast_1_vs_compile"] == pytest.approx(0.25)
     assert s["judge_faults"] == {"count": 1, "problems": ["c"]}
     assert "judge_fault" not in s["fault_histogram"] and s["fault_histogram"]["crash"] == 1
     assert not Status.JUDGE_FAULT.is_fault and Status.JUDGE_FAULT.is_judge_fault
-    md = to_markdown(s, [("a", a), ("b", b)])
-    assert "| a | correct | 2.000 (1.90-2.10) | 0.500 | " in md
+    assert s["mean_reward"] == pytest.approx((1.3 + 0.3) / 4)
+    md = to_markdown(s, [("a", a), ("b", b)], reward)
+    assert "| a | correct | 2.000 (1.90-2.10) | 0.500 | 1.300 |" in md
     assert "vs torch.compile" in md and "judge_faults (not judged) | 1" in md
 
 

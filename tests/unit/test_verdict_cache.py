@@ -35,7 +35,7 @@ def test_repeats_hit_the_memo_and_only_deterministic_verdicts_are_kept() -> None
     )
     inner = Counting(
         {
-            "ok": Verdict(status=Status.CORRECT, reward=0.3),
+            "ok": Verdict(status=Status.CORRECT, message="ok"),
             "slow": Verdict(status=Status.TIMEOUT),
             "timed": timed,
         }
@@ -45,6 +45,8 @@ def test_repeats_hit_the_memo_and_only_deterministic_verdicts_are_kept() -> None
 
     async def go() -> list[Verdict]:
         out = [await cache.evaluate(P, src, s) for src in ["ok", "ok", "slow", "slow", "timed"]]
+        out[1].message = "changed"  # a returned verdict is a copy: the memo is not changed
+        out.append(await cache.evaluate(P, "ok", s))
         out.append(await cache.evaluate(P, "timed", s))
         out.append(await cache.evaluate(P, "ok", s.model_copy(update={"correctness_trials": 9})))
         out.append(await cache.evaluate(P.model_copy(update={"reference_src": "r2"}), "ok", s))
@@ -52,10 +54,9 @@ def test_repeats_hit_the_memo_and_only_deterministic_verdicts_are_kept() -> None
         return out
 
     out = asyncio.run(go())
-    assert [v.status for v in out[:2]] == [Status.CORRECT] * 2 and out[1].reward == 0.3
-    out[1].reward = 9.0  # a returned verdict is a copy: the memo is not changed through it
+    assert [v.status for v in out[:2]] == [Status.CORRECT] * 2 and out[5].message == "ok"
     # calls: ok, slow, slow, timed, timed, ok (other settings), ok (other reference)
-    assert inner.calls == 7 and cache.counts == {"hits": 1, "misses": 7}
+    assert inner.calls == 7 and cache.counts == {"hits": 2, "misses": 7}
     assert inner.closed
 
 

@@ -2,19 +2,23 @@
 
 Covers: adding the evaluation flags to a parser (with `--preset`, `--eval-config`, `--set`,
 `--print-config`, `--list-keys`) and turning them into an `EvalSettings` (preset, then config
-file, then `--set` overrides, then explicit flags). Does not cover: checking them
-(plan.runs.resolve_eval) or evaluating.
+file, then `--set` overrides, then explicit flags), and the reward a command shows beside a
+verdict (`reward_of`: `--reward`, computed on the task side). Does not cover: checking the
+settings (plan.runs.resolve_eval) or evaluating.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable
 
 from pydantic import ValidationError
 
 from tritonforge.commands._config_args import add_config_args
 from tritonforge.config import ConfigError, describe_errors
 from tritonforge.config.eval import PRESETS, EvalSettings, load_eval_settings
+from tritonforge.types import Verdict
 
 
 def add_eval_args(p: argparse.ArgumentParser) -> None:
@@ -40,7 +44,10 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials (default 5)")
     p.add_argument(
-        "--reward", help="reward function: tritonforge | tritonforge_compile | kevin | log_speedup"
+        "--reward",
+        help="reward shown beside the verdict (the task side's: rollout/rewards.py): tritonforge "
+        "| tritonforge_compile | tritonforge_original | kevin | log_speedup; default: the one "
+        "the preset's source used",
     )
     p.add_argument(
         "--backend",
@@ -54,13 +61,23 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     add_config_args(p, EvalSettings, flag="--eval-config", example="perf_trials=100")
 
 
+def reward_of(args: argparse.Namespace) -> Callable[[Verdict], float]:
+    """The reward a judging command shows beside each verdict (`--reward`, else the preset's);
+    PlanError for a name the task side does not know."""
+    from tritonforge.plan.checks import check_reward
+    from tritonforge.rollout.rewards import compute_reward
+
+    name = getattr(args, "reward", None)
+    check_reward("--reward", name)
+    return functools.partial(compute_reward, name=name)
+
+
 def settings_from_args(args: argparse.Namespace) -> EvalSettings:
     s = load_eval_settings(args.eval_config, args.set, getattr(args, "preset", None))
     flags = [
         ("device", "device"),
         ("mode", "mode"),
         ("trials", "correctness_trials"),
-        ("reward", "reward"),
         ("backend", "backend"),
         ("sandbox", "sandbox"),
     ]

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 from collections import Counter
+from collections.abc import Callable
 from math import comb
 from pathlib import Path
 from typing import Any
@@ -51,9 +53,17 @@ def _correct(v: Verdict | None) -> bool:
 
 
 def bench_metrics(
-    problems: list[Problem], trajs: list[Trajectory], k: int, max_turns: int
+    problems: list[Problem],
+    trajs: list[Trajectory],
+    k: int,
+    max_turns: int,
+    reward: Callable[[Verdict], float] | None = None,
 ) -> dict[str, Any]:
+    """`reward`: the task's (default: the conventional one of each verdict's preset)."""
     from tritonforge.evaluation.judge.summary import summarize
+    from tritonforge.rollout.rewards import compute_reward
+
+    reward = reward or functools.partial(compute_reward, name=None)
 
     by: dict[str, list[Trajectory]] = {p.id: [] for p in problems}
     for t in trajs:
@@ -88,7 +98,8 @@ def bench_metrics(
             pid: [x.verdict for t in by[pid] for x in t.turns if x.verdict is not None]
             for pid in ids
         }
-        levels[f"level_{level}"] = summarize({pid: vs for pid, vs in verdicts.items() if vs}, ids)
+        chosen = {pid: vs for pid, vs in verdicts.items() if vs}
+        levels[f"level_{level}"] = summarize(chosen, ids, reward)
     out["levels"] = levels
     return out
 
@@ -112,7 +123,7 @@ async def _main(plan: BenchPlan) -> dict[str, Any]:
         trajs = await agent.run(
             [(p, i, f"bench:{p.id}") for p in problems for i in range(cfg.samples)]
         )
-        return bench_metrics(problems, trajs, cfg.samples, cfg.agent.max_turns)
+        return bench_metrics(problems, trajs, cfg.samples, cfg.agent.max_turns, agent.task.reward)
     finally:
         await engine.aclose()
         await backend.aclose()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from tqdm import tqdm
 
-from tritonforge.commands._eval_args import add_eval_args, settings_from_args
+from tritonforge.commands._eval_args import add_eval_args, reward_of, settings_from_args
 from tritonforge.plan import PlanError
 from tritonforge.plan.runs import EvalPlan
 from tritonforge.types import Problem, Verdict
@@ -100,6 +100,7 @@ def resolve(
         raise PlanError(f"{args.directory} is not a directory")
     if args.workers < 1:
         raise PlanError(f"--workers {args.workers}: must be at least 1")
+    reward_of(args)  # an unknown --reward is refused before anything is judged
     plan = resolve_eval(settings_from_args(args))
     problems = load_problems(args.suite, args.size, args.source, args.level)
     pairs, unmatched = match_files(args.directory, problems)
@@ -163,10 +164,11 @@ def run(args: argparse.Namespace) -> int:
             rows.append((prob.id, v))
         # written before the evaluator shuts down (fork servers, cached references), so a run
         # killed by an outer time limit after the last verdict still has its summary
-        summary = summarize(by_problem, [p.id for p in problems])
+        reward = reward_of(args)  # the task side's reward beside the judge's facts
+        summary = summarize(by_problem, [p.id for p in problems], reward)
         summary["unmatched_files"] = [f.name for f in unmatched]
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        (out / "summary.md").write_text(to_markdown(summary, sorted(rows)))
+        (out / "summary.md").write_text(to_markdown(summary, sorted(rows), reward))
         plot(summary, out / "summary.png")
     print(
         json.dumps(

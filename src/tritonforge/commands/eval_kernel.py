@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from tritonforge.commands._eval_args import add_eval_args, settings_from_args
+from tritonforge.commands._eval_args import add_eval_args, reward_of, settings_from_args
 from tritonforge.config.eval import EvalSettings
 from tritonforge.logging_setup import get_logger
 from tritonforge.plan import PlanError
@@ -57,6 +57,7 @@ def resolve(args: argparse.Namespace) -> tuple[EvalPlan, Problem, str]:
     """The checked settings, the problem and the candidate source; PlanError if unservable."""
     from tritonforge.plan.runs import resolve_eval
 
+    reward_of(args)  # an unknown --reward is refused before anything is judged
     for what, path in (("reference", args.reference), ("candidate", args.candidate)):
         if not path.is_file():
             raise PlanError(f"{what} {path} is not a file")
@@ -118,11 +119,12 @@ def run(args: argparse.Namespace) -> int:
         progress.removeHandler(handler)
         progress.setLevel(saved[0])
         progress.propagate = saved[1]
+    reward = reward_of(args)(verdict)  # the task side's, beside the judge's facts
     if args.json:
-        payload = verdict.model_dump(mode="json")
+        payload = {**verdict.model_dump(mode="json"), "reward": reward}
         print(json.dumps(payload, separators=(",", ":")))
     else:
-        print(verdict.short())
+        print(f"{verdict.short()} reward={reward:.3f}")
         if verdict.message:
             print(verdict.message)
         for note in verdict.notes:

@@ -4,7 +4,7 @@ which problems cannot be judged here.
 Covers: argument parsing and printing for listing problems (table or JSON), showing one
 problem's reference source (and built-in solution), writing scaled KernelBench sources in
 KernelBench layout with a JSON report, and checking each problem: one reason per problem that
-cannot run here (judge/problem_check.why_not), then, for those that can, whether it is
+cannot run here (judge/reference.why_not), then, for those that can, whether it is
 degenerate (its reference output does not depend on its inputs, or on one of them: measured by
 judge/degenerate.py; one line with the word `degenerate` and the measured reason; `--quick`
 skips the measurement). Does not cover: loading or scaling themselves (tritonforge.problems,
@@ -255,7 +255,7 @@ def run_scale(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from tritonforge.evaluation.judge.problem_check import why_not
+    from tritonforge.evaluation.judge.reference import why_not
 
     suites = (args.suite,) if args.suite else ALL_SUITES
     problems = _load_many(

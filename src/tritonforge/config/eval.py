@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from tritonforge.config import Section, load_config
 
@@ -170,10 +170,6 @@ class EvalSettings(Section):
     implausible_speedup: Literal["flag", "reject"] = Field(
         "reject", description="what a speedup above max_plausible_speedup gets"
     )
-    reward: str = Field(
-        "tritonforge", description="reward function name (evaluation.rewards.REWARDS)"
-    )
-    hack_penalty: float = Field(0.0, description="reward of a reward_hack verdict")
     transport: Literal["auto", "memfd"] = Field(
         "auto",
         description="how GPU inputs/outputs cross to the worker: auto = shared device memory "
@@ -193,6 +189,21 @@ class EvalSettings(Section):
     )
     budgets: Budgets = Field(default_factory=Budgets)
     limits: Limits = Field(default_factory=Limits)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        """`reward` and `hack_penalty` moved to the task (`task.reward`, `task.hack_penalty`):
+        the judge states facts, the task turns them into rewards (rollout/rewards.py)."""
+        if isinstance(data, dict):
+            moved = sorted({"reward", "hack_penalty"} & set(data))
+            if moved:
+                raise ValueError(
+                    f"{', '.join(moved)} moved from the evaluation settings to the task: set "
+                    f"{', '.join('task.' + k for k in moved)} (rewards are computed on the task "
+                    "side; changing one no longer re-judges anything)"
+                )
+        return data
 
     @field_validator("preset")
     @classmethod
@@ -248,7 +259,8 @@ class EvalSettings(Section):
 
 # A preset changes conventions, never a defense. Conventions: how much PyTorch is allowed
 # (mode, require_custom_kernel, min_custom_share), tolerances, trial counts, the baseline, the
-# speedup threshold that is flagged, the reward.
+# speedup threshold that is flagged. (The reward a preset's source used is the task's to choose:
+# rollout/rewards.py PRESET_REWARDS.)
 CONVENTION_FIELDS = (
     "mode",
     "correctness_trials",
@@ -261,8 +273,6 @@ CONVENTION_FIELDS = (
     "compile_baseline",
     "max_plausible_speedup",
     "implausible_speedup",
-    "reward",
-    "hack_penalty",
 )
 # Defenses: the same under every preset (their defaults); settings that change one are named on
 # every verdict. (Static, sandbox and runtime rules and the roofline bound have no switch.)
@@ -311,7 +321,6 @@ PRESETS: dict[str, Preset] = {
             "compile_baseline": False,
             "max_plausible_speedup": 10.0,
             "implausible_speedup": "flag",
-            "reward": "tritonforge",
         },
     ),
     "tritonforge": Preset(
@@ -332,7 +341,6 @@ PRESETS: dict[str, Preset] = {
             "perf_round_ms": 0.0,
             "compile_baseline": True,
             "implausible_speedup": "flag",
-            "reward": "tritonforge_original",
         },
     ),
 }

@@ -85,3 +85,10 @@ class TaskConfig(Section):
     allow_code_in_think: bool = Field(
         False, description="kernel: use code found only inside <think> as a last resort"
     )
+    reward: str | None = Field(
+        None,
+        description="kernel: reward function of each answer's verdict (rollout/rewards.py "
+        "REWARDS: tritonforge, tritonforge_compile, tritonforge_original, kevin, log_speedup); "
+        "None: the one the verdict's preset's source used",
+    )
+    hack_penalty: float = Field(0.0, description="kernel: reward of a reward_hack verdict")

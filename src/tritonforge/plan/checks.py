@@ -40,10 +40,12 @@ def check_name(key: str, kind: str, name: str, known: Collection[str]) -> str:
     return name
 
 
-def check_reward(key: str, settings: EvalSettings) -> None:
-    from tritonforge.evaluation.judge.rewards import REWARDS
+def check_reward(key: str, name: str | None) -> None:
+    """A reward name (None: the preset's conventional one) the task side knows."""
+    from tritonforge.rollout.rewards import REWARDS
 
-    check_name(f"{key}.reward", "reward", settings.reward, REWARDS)
+    if name is not None:
+        check_registered(key, REWARDS, name)
 
 
 def check_registered(key: str, registry: Registry, name: str) -> str:
@@ -76,6 +78,7 @@ def check_task(key: str, cfg: TaskConfig) -> None:
     from tritonforge.rollout.tasks import TASKS
 
     check_registered(f"{key}.type", TASKS, cfg.type)
+    check_reward(f"{key}.reward", cfg.reward)
     templates = [("system_template", cfg.prompt.system_template)]
     templates.append(("user_template", cfg.prompt.user_template))
     if cfg.prompt.include_example:
@@ -109,8 +112,7 @@ def check_gpu(key: str, what: str) -> None:
 
 
 def check_eval_settings(key: str, s: EvalSettings) -> None:
-    """Reward name; a GPU for device=cuda or the CUDA C++ backend."""
-    check_reward(key, s)
+    """A GPU for device=cuda or the CUDA C++ backend."""
     if s.device == "cuda":
         check_gpu(f"{key}.device", "device 'cuda'")
     if s.backend == "cuda":

@@ -68,7 +68,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class EvalPlan:
-    """Judge settings checked (reward, devices) and the device they resolve to here."""
+    """Judge settings checked (devices) and the device they resolve to here."""
 
     settings: EvalSettings
     device: Literal["cpu", "cuda"]

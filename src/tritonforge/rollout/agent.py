@@ -142,7 +142,7 @@ class Agent:
                     code=x.code,
                     finish_reason=g.finish_reason,
                     verdict=v,
-                    reward=float(v.reward) if v is not None else 0.0,
+                    reward=self.task.reward(v) if v is not None else 0.0,
                 )
                 e.context += turn.response_ids
                 e.mask += [1] * len(turn.response_ids)

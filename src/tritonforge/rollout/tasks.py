@@ -6,8 +6,9 @@ extraction and feedback of this package, verdicts from an `EvalBackend`) and the
 task ("What is a+b?", reward 1 when the answer's last integer is right). Does not cover: the
 loop itself, tokens or engines, or how a backend judges (see evaluation).
 
-Every task answers with a `Verdict` (arith fills status CORRECT / NUMERICAL_MISMATCH / NO_CODE
-and `reward`), so turns, returns, the buffer and its statistics work unchanged for any task.
+Every task answers with a `Verdict` (arith fills status CORRECT / NUMERICAL_MISMATCH / NO_CODE)
+and turns it into the answer's reward itself (`Task.reward`: the judge states facts, the task
+rewards them), so turns, returns, the buffer and its statistics work unchanged for any task.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from tritonforge.config.eval import EvalSettings
 from tritonforge.config.registry import Registry
 from tritonforge.config.task import FeedbackConfig, PromptConfig, TaskConfig
 from tritonforge.evaluation.api import EvalBackend
-from tritonforge.evaluation.judge.rewards import compute_reward
 from tritonforge.logging_setup import get_logger
 from tritonforge.rollout.extract import Extraction, Found, ThinkState, extract_code, split_thinking
 from tritonforge.rollout.feedback import build_feedback
 from tritonforge.rollout.prompts import build_messages
+from tritonforge.rollout.rewards import compute_reward
 from tritonforge.types import Problem, Status, Verdict
 
 __all__ = [
@@ -55,6 +56,8 @@ class Task(Protocol):
 
     async def judge(self, problem: Problem, extracted: Extraction) -> Verdict: ...
 
+    def reward(self, verdict: Verdict) -> float: ...
+
     def feedback(self, verdict: Verdict, response_truncated: bool = False) -> str: ...
 
 
@@ -73,6 +76,8 @@ class KernelTask:
     feedback_cfg: FeedbackConfig = field(default_factory=FeedbackConfig)
     settings: EvalSettings | None = None
     allow_code_in_think: bool = False
+    reward_name: str | None = None  # None: the conventional one of the verdict's preset
+    hack_penalty: float = 0.0
     name: str = "kernel"
 
     def initial_messages(self, problem: Problem) -> list[dict[str, str]]:
@@ -84,11 +89,9 @@ class KernelTask:
     async def judge(self, problem: Problem, extracted: Extraction) -> Verdict:
         """The backend's verdict; NO_CODE without a call; INTERNAL_ERROR if the call failed."""
         if extracted.code is None:
-            v = Verdict(
+            return Verdict(
                 status=Status.NO_CODE, problem_id=problem.id, message=_no_code_message(extracted)
             )
-            v.reward = compute_reward(v, *self._reward_args())
-            return v
         if self.backend is None:
             return Verdict(
                 status=Status.INTERNAL_ERROR,
@@ -107,9 +110,9 @@ class KernelTask:
                 message=f"evaluation backend failed: {type(exc).__name__}: {exc}",
             )
 
-    def _reward_args(self) -> tuple[str, float]:
-        s = self.settings or EvalSettings()
-        return s.reward, s.hack_penalty
+    def reward(self, verdict: Verdict) -> float:
+        """The answer's reward: computed here, once, from the judge's facts."""
+        return compute_reward(verdict, self.reward_name, self.hack_penalty)
 
     def feedback(self, verdict: Verdict, response_truncated: bool = False) -> str:
         return build_feedback(verdict, self.feedback_cfg, response_truncated=response_truncated)
@@ -166,7 +169,6 @@ class ArithTask:
             return Verdict(
                 status=Status.CORRECT,
                 correct=True,
-                reward=1.0,
                 trials_passed=1,
                 message=f"{expected} is right.",
                 **base,
@@ -176,6 +178,9 @@ class ArithTask:
             message=f"{extracted.code} is not the right answer.",
             **base,
         )
+
+    def reward(self, verdict: Verdict) -> float:
+        return 1.0 if verdict.status is Status.CORRECT else 0.0
 
     def feedback(self, verdict: Verdict, response_truncated: bool = False) -> str:
         if verdict.status is Status.CORRECT:
@@ -189,7 +194,13 @@ TASKS: Registry[TaskFactory] = Registry(
     "task",
     {
         "kernel": lambda cfg, backend, settings: KernelTask(
-            backend, cfg.prompt, cfg.feedback, settings, cfg.allow_code_in_think
+            backend,
+            cfg.prompt,
+            cfg.feedback,
+            settings,
+            cfg.allow_code_in_think,
+            cfg.reward,
+            cfg.hack_penalty,
         ),
         "arith": lambda cfg, backend, settings: ArithTask(),
     },

@@ -13,7 +13,7 @@ without randomness) is replaced by the same draw shifted (distributions.py); inp
 in neither way make every output constant for the judge too, and are reported so.
 `degeneracy(ref)` measures once per loaded reference (kept on it) under the reference's lock
 and the judge's device access; the judge notes it on every verdict and gives a degenerate
-problem no speedup reward (Verdict.degenerate, rewards.py); `tritonforge problems check`
+problem no speedup reward (Verdict.degenerate, rollout/rewards.py); `tritonforge problems check`
 reports it. Findings compared with KernelBench's open PR #108 (L2 23, 80 and 83 constant) are
 in docs/degenerate_problems.md.
 Does not cover: outputs that depend on only a part of an input (not measured), the constant-

@@ -3,7 +3,7 @@
 Covers: `Evaluator.evaluate` (static checks, reference in this trusted process, memory admission
 on the device, the candidate in a fresh sandboxed worker, correctness trials with hidden seeds
 and several input distributions, audit decisions, exclusive timing against the reference in the
-device's timing process, plausibility, reward) and `LocalBackend` (the async EvalBackend over an
+device's timing process, plausibility) and `LocalBackend` (the async EvalBackend over an
 Evaluator). Never raises for a bad candidate and never returns None; a broken reference or judge
 bug is an `internal_error` verdict. Out of device memory: a problem that cannot fit the device's
 budget even alone is `resource_limit` (with the bytes); a worker's out-of-memory error while
@@ -67,7 +67,6 @@ from tritonforge.evaluation.judge.replay import close as close_replayer
 from tritonforge.evaluation.judge.replay import evidence as replay_evidence
 from tritonforge.evaluation.judge.replies import AuditFacts, Failure, RunReply
 from tritonforge.evaluation.judge.resources import DeviceResources
-from tritonforge.evaluation.judge.rewards import compute_reward
 from tritonforge.evaluation.judge.session import Session
 from tritonforge.evaluation.judge.transport import Transport
 from tritonforge.evaluation.judge.work import custom_share, reference_work
@@ -240,18 +239,6 @@ class Evaluator:
             verdict.notes.append(f"preset {s.preset} with other values for: {', '.join(changed)}")
         verdict.wall_seconds = round(time.monotonic() - t0, 3)
         verdict.correct = verdict.status is Status.CORRECT
-        try:
-            verdict.reward = compute_reward(verdict, s.reward, s.hack_penalty)
-        except KeyError as exc:  # an unknown reward name is a settings error, not an exception
-            verdict = Verdict(
-                status=Status.INTERNAL_ERROR,
-                message=f"evaluator settings error: {exc.args[0] if exc.args else exc}",
-                problem_id=problem.id,
-                mode=s.mode,
-                preset=s.preset,
-                phase="reward",
-                wall_seconds=verdict.wall_seconds,
-            )
         return verdict
 
     def _attempt(

@@ -7,8 +7,8 @@ machine or None: a reason the loader recorded (`Problem.meta["cannot_run"]`, e.g
 model without an offline config), then, on the CPU, the memory it needs: the reference is built
 and run once on the meta device (shapes only, no data, no time) to count weights, inputs and
 outputs; the judge and the candidate's worker each hold them, so twice that must fit in the
-memory available (on a GPU memory admission decides: admission.py, `resource_limit`). `why_not`
-answers the same without a ReferenceStore (`tritonforge problems check`). `determinism` runs the
+memory available (on a GPU memory admission decides: admission.py, `resource_limit`;
+reference.why_not asks it without a ReferenceStore). `determinism` runs the
 reference a second time on its first case's inputs; `randomness` does that once per reference
 and gives each case of a nondeterministic one the statistics of STAT_RUNS runs.
 Does not cover: references that fail when built for real (reference.py raises ReferenceError).
@@ -105,24 +105,6 @@ def cannot_run(
             f"candidate), {gib(have)} usable on cpu"
         )
     return None
-
-
-def why_not(problem: Problem, device: str = "cpu") -> str | None:
-    """The one reason `problem` cannot be judged on `device` here (as its verdict would say),
-    or None; nothing is allocated (the reference is sized on the meta device)."""
-    from tritonforge.evaluation.judge.reference import INIT_SEED, load_module
-    from tritonforge.evaluation.judge.rng import must_hold, seeded
-
-    reason = (problem.meta or {}).get("cannot_run") or missing_reason(problem)
-    if reason:
-        return str(reason)
-    try:
-        module = load_module(problem.reference_src, problem.id)
-        start = must_hold(problem.reference_src, device)
-        init_inputs, _ = seeded(lambda: list(module.get_init_inputs()), INIT_SEED, start)
-        return seeded(lambda: cannot_run(problem, device, module, init_inputs), INIT_SEED, start)[0]
-    except Exception as exc:
-        return f"broken reference: {type(exc).__name__}: {exc}"[:500]
 
 
 def determinism(

@@ -9,7 +9,8 @@ buffers are filled from, and the memfd is made on first use only). Also each pro
 `Footprint` (inputs, outputs, the reference's workspace: peak allocated while it ran, measured
 when its first case is built; weights), a size estimate before that (`meta_footprint`), the
 device bytes the cache holds per device (cases and reference models) and freeing them, least
-recently used first, for memory admission. The judge's own
+recently used first, for memory admission; `why_not`, the one reason a problem cannot be judged
+on a device here, without a ReferenceStore (`tritonforge problems check`). The judge's own
 out-of-memory errors are raised as `JudgeOutOfMemory`, never as a broken reference.
 The determinism check: the first case is run twice; a reference whose outputs differ is
 marked nondeterministic and its cases carry the statistics of several runs (problem_check.py).
@@ -88,6 +89,21 @@ def load_module(src: str, name: str) -> types.ModuleType:
         if not hasattr(mod, attr):
             raise ReferenceError(f"reference {name} defines no {attr}")
     return mod
+
+
+def why_not(problem: Problem, device: str = "cpu") -> str | None:
+    """The one reason `problem` cannot be judged on `device` here (as its verdict would say),
+    or None; nothing is allocated (the reference is sized on the meta device)."""
+    reason = (problem.meta or {}).get("cannot_run") or missing_reason(problem)
+    if reason:
+        return str(reason)
+    try:
+        module = load_module(problem.reference_src, problem.id)
+        start = must_hold(problem.reference_src, device)
+        init_inputs, _ = seeded(lambda: list(module.get_init_inputs()), INIT_SEED, start)
+        return seeded(lambda: cannot_run(problem, device, module, init_inputs), INIT_SEED, start)[0]
+    except Exception as exc:
+        return f"broken reference: {type(exc).__name__}: {exc}"[:500]
 
 
 class Case:

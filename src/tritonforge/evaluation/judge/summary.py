@@ -2,30 +2,36 @@
 
 Covers: `summarize` (per-problem best verdict, missing problems counted as failures; speedups
 over eager and over torch.compile where it was timed; the judge's own faults counted apart from
-candidate statuses), markdown rendering and a plot. Shared by `eval-dir` and `bench-model`. Does not cover: producing verdicts.
+candidate statuses), markdown rendering and a plot. Shared by `eval-dir` and `bench-model`. The
+mean reward and the reward column are the caller's reward function's (the task side's:
+rollout/rewards.py; verdicts hold no reward). Does not cover: producing verdicts.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tritonforge.types import Status, Verdict
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+RewardOf = Callable[[Verdict], float]
 
 
-def best(verdicts: list[Verdict]) -> Verdict:
+def best(verdicts: list[Verdict], reward: RewardOf) -> Verdict:
     """The most successful of several samples: correct first, then reward, then speedup."""
-    return max(verdicts, key=lambda v: (v.status is Status.CORRECT, v.reward, v.speedup or 0.0))
+    return max(verdicts, key=lambda v: (v.status is Status.CORRECT, reward(v), v.speedup or 0.0))
 
 
-def summarize(by_problem: dict[str, list[Verdict]], all_problems: list[str]) -> dict[str, Any]:
+def summarize(
+    by_problem: dict[str, list[Verdict]], all_problems: list[str], reward: RewardOf
+) -> dict[str, Any]:
     """Metrics over `all_problems`; a problem with no verdict counts as a failure."""
     n = len(all_problems)
-    chosen = {pid: best(vs) for pid, vs in by_problem.items() if vs}
+    chosen = {pid: best(vs, reward) for pid, vs in by_problem.items() if vs}
     correct = [v for v in chosen.values() if v.status is Status.CORRECT]
     timed = [v.speedup for v in correct if v.speedup is not None]
     timed_c = [v.speedup_vs_compile for v in correct if v.speedup_vs_compile is not None]
@@ -51,7 +57,7 @@ def summarize(by_problem: dict[str, list[Verdict]], all_problems: list[str]) -> 
         **fast,
         "geomean_speedup": _geomean(timed),
         "geomean_speedup_vs_compile": _geomean(timed_c),
-        "mean_reward": sum(v.reward for v in chosen.values()) / n if n else 0.0,
+        "mean_reward": sum(reward(v) for v in chosen.values()) / n if n else 0.0,
         "fault_histogram": dict(hist.most_common()),
         # the judge's own failures (out of memory after a retry alone, timing process deaths):
         # not candidate statuses; those problems were not judged
@@ -67,7 +73,11 @@ def _geomean(xs: list[float]) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def to_markdown(summary: dict[str, Any], rows: list[tuple[str, Verdict]] | None = None) -> str:
+def to_markdown(
+    summary: dict[str, Any],
+    rows: list[tuple[str, Verdict]] | None = None,
+    reward: RewardOf | None = None,
+) -> str:
     def fmt(x: Any) -> str:
         if x is None:
             return "n/a"
@@ -108,7 +118,8 @@ def to_markdown(summary: dict[str, Any], rows: list[tuple[str, Verdict]] | None 
         lines += [
             f"| {pid} | {v.status.value}{' (' + v.rule + ')' if v.rule else ''} | "
             f"{speedup_cell(v.speedup, v.speedup_ci)} | "
-            f"{speedup_cell(v.speedup_vs_compile, v.speedup_vs_compile_ci)} | {v.reward:.3f} |"
+            f"{speedup_cell(v.speedup_vs_compile, v.speedup_vs_compile_ci)} | "
+            f"{reward(v) if reward is not None else float('nan'):.3f} |"
             for pid, v in rows
         ]
     return "\n".join(lines) + "\n"

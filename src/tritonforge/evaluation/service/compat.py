@@ -112,7 +112,6 @@ def _metadata(v: Verdict, d: dict[str, Any]) -> dict[str, Any]:
         "message": v.message,
         "phase": v.phase,
         "rule": v.rule,
-        "reward": d["reward"],
         "cached": v.cached,
         "correctness_trials": f"({v.trials_passed} / {v.trials_total})",
         "notes": list(d["notes"]),

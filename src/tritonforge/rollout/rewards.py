@@ -1,4 +1,5 @@
-"""Rewards: pure functions from a Verdict to a float, in a registry keyed by name.
+"""Rewards: pure functions from a Verdict to a float, in a registry keyed by name, on the task's
+side of the boundary: the judge states facts (a Verdict), the task turns them into rewards.
 
 Covers: `tritonforge`, `kevin`, `log_speedup`, `tritonforge_compile` (the `tritonforge` shape on
 the speedup over torch.compile(reference) instead of eager; needs `compile_baseline`),
@@ -8,7 +9,10 @@ penalty. A reward is always finite: a non-finite speedup counts as not measured.
 degenerate problem (`Verdict.degenerate`: its output does not depend on its inputs, measured by
 the judge) earns correctness only: every reward reads its speedup as not measured
 (`rewarded_speedup`). Does not cover: per-turn returns or normalisation (see rollout.returns and
-rollout.buffer).
+rollout.buffer). `compute_reward` is what a task (rollout/tasks.py) or a command calls, once per
+answer; `conventional_reward(preset)` is the reward a preset's source used (the original
+release's for the `tritonforge` preset), for commands that show a reward beside a verdict.
+Changing a reward never re-judges anything: verdicts and their cache hold no reward.
 """
 
 from __future__ import annotations
@@ -16,18 +20,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from tritonforge.config.registry import Registry
 from tritonforge.types import Status, Verdict
 
 RewardFn = Callable[[Verdict], float]
-REWARDS: dict[str, RewardFn] = {}
-
-
-def register(name: str) -> Callable[[RewardFn], RewardFn]:
-    def deco(fn: RewardFn) -> RewardFn:
-        REWARDS[name] = fn
-        return fn
-
-    return deco
+REWARDS: Registry[RewardFn] = Registry("reward")
+register = REWARDS.register
+# the reward each preset's source used: what commands show beside a verdict by default
+PRESET_REWARDS = {"strict": "tritonforge", "kernelbench": "tritonforge",
+                  "tritonforge": "tritonforge_original"}  # fmt: skip
 
 
 def rewarded_speedup(v: Verdict, speedup: float | None) -> float | None:
@@ -88,14 +89,21 @@ def tritonforge_compile_reward(v: Verdict) -> float:
     return _shaped(v, v.speedup_vs_compile)
 
 
-def compute_reward(v: Verdict, name: str = "tritonforge", hack_penalty: float = 0.0) -> float:
-    """Reward of `v` under the named function; reward hacks get `hack_penalty`."""
+def conventional_reward(preset: str) -> str:
+    """The reward the preset's source used (`tritonforge` for a preset it does not know)."""
+    return PRESET_REWARDS.get(preset, "tritonforge")
+
+
+def compute_reward(
+    v: Verdict, name: str | None = "tritonforge", hack_penalty: float = 0.0
+) -> float:
+    """Reward of `v` under the named function (None: the conventional one of the verdict's
+    preset); reward hacks get `hack_penalty`. An unknown name is an UnknownName (a KeyError)."""
     if v.status is Status.REWARD_HACK:
         return hack_penalty
-    if name not in REWARDS:
-        raise KeyError(f"unknown reward {name!r}; known: {sorted(REWARDS)}")
-    reward = float(REWARDS[name](v))
+    fn = REWARDS.lookup(name if name is not None else conventional_reward(v.preset))
+    reward = float(fn(v))
     if not math.isfinite(reward):  # a non-finite speedup (nan or inf times) counts as not timed
         unknown = {"speedup": None, "speedup_vs_compile": None}
-        reward = float(REWARDS[name](v.model_copy(update=unknown)))
+        reward = float(fn(v.model_copy(update=unknown)))
     return reward
