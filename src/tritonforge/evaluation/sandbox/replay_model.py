@@ -6,7 +6,12 @@ in the replayer's scratch directory with restricted builtins: its imports may na
 runs the recipe's steps on views of the given inputs and of its own storages: the constants
 (copies of the bytes the candidate's worker sent, every one restored from a pristine copy by
 `reset()` before every call, so no state survives from one call to the next),
-and the storages the steps make. A launch runs the kernel module's function of that name with
+and the storages the steps make. A storage an uninitialised allocation makes (`torch.empty`
+and kin: its bytes are undefined) is made by `reset()` instead, outside any timed region, and
+filled with POISON, once the first call has shown its size and device: otherwise the caching
+allocator hands a timed call the block of an earlier one with that call's results in it, and a
+kernel that recognises its inputs there could skip its work in every timed call (timed calls
+all get the same inputs) while every check, on fresh inputs, sees it work. A launch runs the kernel module's function of that name with
 the recipe's grid, arguments and options; an op runs `torch.ops.aten` with the recipe's
 arguments. No other candidate code exists here: the process is a worker forked into the sandbox
 (the same isolation as a candidate's), whose audit is not armed. Every view is bounds-checked
@@ -25,11 +30,12 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.sandbox.glue import LAYOUT
+from tritonforge.evaluation.sandbox.glue import LAYOUT, UNINITIALISED, base_name
 from tritonforge.evaluation.sandbox.protocol import DTYPES
 from tritonforge.evaluation.sandbox.recipe_format import (
     Descriptor,
     Launch,
+    Op,
     Recipe,
     Scalar,
     Seq,
@@ -46,6 +52,7 @@ SAFE_BUILTINS = frozenset(
 IMPORTABLE = ("triton", "math", "torch._inductor.runtime")  # roots a kernel module may import
 # ops that carry their input's data on to their output: kernel data stays kernel data
 COPIES = frozenset(LAYOUT)
+POISON = 0xFF  # the bytes of a fresh uninitialised storage (NaN in every float dtype)
 
 
 class ReplayError(Exception):
@@ -94,6 +101,10 @@ class ReplayModel(torch.nn.Module):
         self.ops = {s.name: _op(s.name) for s in recipe.ops()}
         self.pristine: dict[int, torch.Tensor] = {}
         self.live: dict[int, torch.Tensor] = {}
+        # uninitialised allocations: storage id -> (bytes, device) seen on the first call, and
+        # the poisoned storage `reset()` made for the next call
+        self.fresh: dict[int, tuple[int, torch.device]] = {}
+        self.prepared: dict[int, torch.Tensor] = {}
         for sid, nbytes, offset, host in recipe.constants:
             where = "cpu" if host else device
             self.pristine[sid] = blob[offset : offset + nbytes].to(where, copy=True)
@@ -104,6 +115,9 @@ class ReplayModel(torch.nn.Module):
         write a tensor its schema does not say it writes (batch norm's running statistics)."""
         for sid, live in self.live.items():
             live.copy_(self.pristine[sid])
+        self.prepared = {}  # (the last call's blocks go back to the allocator first)
+        for sid, (nbytes, device) in self.fresh.items():
+            self.prepared[sid] = torch.full((nbytes,), POISON, dtype=torch.uint8, device=device)
 
     def forward(self, *inputs: Any) -> Any:
         return self._run(list(inputs))
@@ -123,9 +137,19 @@ class ReplayModel(torch.nn.Module):
             kwargs = {k: self._value(v, st, ins) for k, v in step.kwargs}
             if isinstance(step, Launch):
                 self.kernels[step.kernel][tuple(step.grid)](*args, **kwargs)
-            else:
-                self._bind(step.out, self.ops[step.name](*args, **kwargs), st)
+            elif not self._take_prepared(step, st):
+                made = self._bind(step.out, self.ops[step.name](*args, **kwargs), st)
+                if _uninitialised(step):
+                    self.fresh.update({s: (st[s].numel(), st[s].device) for s in made})
         return self._value(self.recipe.outputs, st, ins)
+
+    def _take_prepared(self, step: Op, st: dict) -> bool:
+        """An uninitialised allocation whose poisoned storage `reset()` made: bound, not run."""
+        out = step.out
+        if not _uninitialised(step) or not isinstance(out, View) or out.index not in self.prepared:
+            return False
+        st[out.index] = self.prepared.pop(out.index)
+        return True
 
     def _bind(self, out: Value, result: Any, st: dict) -> list[int]:
         """Storages of an op's result in the recipe's terms; returns the storage ids it made."""
@@ -212,6 +236,10 @@ def _op(name: str) -> Any:
         return getattr(getattr(torch.ops.aten, base), overload or "default")
     except (AttributeError, RuntimeError):
         raise ReplayError(f"no aten op {name}") from None
+
+
+def _uninitialised(step: Op) -> bool:
+    return base_name(step.name) in UNINITIALISED
 
 
 def write_positions(op: Any) -> set[int]:
