@@ -143,3 +143,26 @@ def test_store_draws_heavy_with_the_problems_spread() -> None:
     assert ref.spread == pytest.approx(64 * 256)  # input bytes over one fp32 output
     (native,) = ref.draw_inputs(5, "native")
     assert float((x / native).max()) > 100
+
+
+def test_shifted_puts_the_mean_far_beside_the_spread_within_each_dtypes_precision() -> None:
+    """fp32: a mean of 500-1500 x max(rms, 1), where exp overflows and a one-pass variance
+    cancels; fp16/bf16: 16-48 and 8-24 x rms, so the spread survives the dtype's rounding."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 256)
+    for seed in range(4):
+        y = transform(x, "shifted", gen(seed))
+        assert 500 <= float((y - x).mean()) < 1500 and torch.allclose(y - y.mean(), x - x.mean(),
+                                                                     atol=1e-3)  # fmt: skip
+        assert not torch.isfinite(torch.exp(y)).all()  # a softmax without its max overflows
+        one_pass = (y * y).mean(-1) - y.mean(-1) ** 2
+        assert float((one_pass - y.double().var(-1, unbiased=False).float()).abs().max()) > 0.05
+    small = transform(x * 1e-3, "shifted", gen(0))  # rms below 1: the floor keeps it large
+    assert float(small.mean()) >= 500
+    for dtype, low, high in ((torch.float16, 16, 48), (torch.bfloat16, 8, 24)):
+        xs = x.to(dtype)
+        ys = transform(xs, "shifted", gen(1))
+        shift = float((ys.float() - xs.float()).mean())
+        assert low * 0.9 <= shift < high * 1.1, (dtype, shift)
+        assert torch.unique(ys).numel() > 64  # the spread is not rounded away
+    assert kind_of(transform(x.abs() + 0.1, "shifted", gen(2))) == "positive"

@@ -200,3 +200,6 @@ def test_device_keys() -> None:
     assert host_share.device_key("cpu") == "cpu"
     key = host_share.device_key("cuda:0")
     assert key.startswith("cuda-") and "/" not in key
+    # a name that is no device index (tests name gates "cuda:stats-test") is its own key
+    assert host_share.device_key("cuda:stats-test") == "cuda_stats-test"
+    assert host_share.device_key("cuda") == host_share.device_key("cuda:0")

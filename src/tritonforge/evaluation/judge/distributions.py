@@ -6,7 +6,13 @@ values: labels such as +-1, one-hot rows), `simplex` (non-negative rows summing 
 probabilities, as KL divergence takes), `positive` (log, sqrt and variance arguments), `nonneg`
 and `real`; and `transform(x, dist, gen, spread)`, which keeps each kind's constraint:
 - native: unchanged (the problem's get_inputs under a hidden seed).
-- shifted: a non-zero mean (x + c; x * a + c for non-negative inputs).
+- shifted: a large mean beside the spread: x + c (x * a + c for non-negative inputs), c
+  between 500 and 1500 times max(rms(x), 1) in fp32/fp64 (16-48 and 8-24 times rms(x) in fp16
+  and bf16, whose precision would erase the spread): closed forms of the native draw fail, and
+  so do kernels that are exact only near zero (a softmax without its row maximum overflows; a
+  one-pass variance E[x^2] - E[x]^2 cancels: its error grows with c^2, the tolerance, scaled by
+  the reference's own noise, with c; at c = 300 it still passes). Probabilities get a small
+  shift (then renormalised).
 - scaled: x * 4 (a sharper p**2 for probabilities).
 - heavy: heavy-tailed, as KernelBench's own fix of the loss problems (its PR #118, Pareto
   inputs): every element times an independent Pareto(1.5) factor, and a few elements at random
@@ -33,6 +39,10 @@ IID_MAX = 1e3  # the largest per-element factor, before the dtype's cap
 SPIKE_PER_SPREAD = 4.0  # spike factor = this x spread (at least this)
 SPIKES = (4, 8)  # spiked elements per input, at least and at most
 _CAPS = {torch.float16: 32.0, torch.bfloat16: 1e4}
+# shifted: per dtype, the offset's low end (x rms) and the rms it is at least taken as; fp16
+# and bf16 keep their spread (ulps of 1/32 to 1/8 at the offset), fp32/fp64 go far past exp's
+# overflow (88) and far enough for E[x^2] - E[x]^2 to lose the variance
+_OFFSETS = {torch.float16: (16.0, 0.05), torch.bfloat16: (8.0, 0.05)}
 _FP32_CAP = 1e8
 _CHUNK = 1 << 24  # elements transformed per step (bounded temporaries on large inputs)
 _DISCRETE_VALUES = 8  # at most this many distinct integral values: labels, masks, one-hot
@@ -92,12 +102,24 @@ def transform(
     if kind == "simplex":
         return _renormalise(_simplex_transform(x.float(), dist, gen, u, spread)).to(x.dtype)
     if dist == "shifted":
-        return x * (1.0 + u) + (0.25 + u) if kind != "real" else x + (0.75 + u)
+        c = _offset(x, u)
+        return x * (1.0 + u) + c if kind != "real" else x + c
     if dist == "scaled":
         return x * 4.0
     if dist == "positive":
         return x.abs() + 0.05
     return heavy(x, gen, spread)
+
+
+def _offset(x: torch.Tensor, u: float) -> float:
+    """The shift of a `shifted` draw: large beside the input's spread, within its precision."""
+    lo, scale_floor = _OFFSETS.get(x.dtype, (500.0, 1.0))
+    flat = x.reshape(-1)
+    sample = flat[:: max(1, flat.numel() // _SAMPLE)].double()
+    rms = float(sample.pow(2).mean().sqrt()) if sample.numel() else 1.0
+    if not rms == rms or rms == float("inf"):  # (nan/inf inputs: a plain offset)
+        rms = 1.0
+    return lo * (1.0 + 2.0 * u) * max(rms, scale_floor)
 
 
 def _simplex_transform(

@@ -84,9 +84,11 @@ def _warn(key: str, message: str) -> None:
 
 def device_key(device: str) -> str:
     """A file-name key of the physical device: `cuda:N` -> its UUID (CUDA_VISIBLE_DEVICES may
-    differ between processes), else the visible id it maps to, else the name."""
-    if device.startswith("cuda"):
-        index = int(device.split(":", 1)[1]) if ":" in device else 0
+    differ between processes), else the visible id it maps to, else the name (also for a name
+    that is not `cuda` or `cuda:N`)."""
+    suffix = device.split(":", 1)[1] if ":" in device else "0"
+    if device.split(":", 1)[0] == "cuda" and suffix.isdigit():
+        index = int(suffix)
         try:
             import torch
 
