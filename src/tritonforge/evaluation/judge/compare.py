@@ -9,6 +9,9 @@ its inputs move by a few ulps (noise.py, measured per case): an output small bes
 that made it keeps a tolerance its size, so zeros or a constant do not pass an absolute
 tolerance on small-magnitude outputs (KernelBench issue #165), while an output that is rounding
 noise of large intermediates (a mean of a normalised tensor) tolerates that noise;
+under every rule the absolute tolerance also gets ROUNDING_FACTOR times the reference's own
+rounding error (its distance from float64: noise.rounding_error), for outputs whose fp32 value
+is mostly rounding (1 - cos of nearly parallel rows);
 `output_rms` max(1, rms(expected)) and `none` 1 (plain torch.allclose) are the older rules.
 Does not cover: how outputs arrive (sandbox/protocol.py) or what the verdict says (evaluator.py).
 """
@@ -19,6 +22,7 @@ from typing import Any
 
 import torch
 
+from tritonforge.evaluation.judge.noise import ROUNDING_FACTOR
 from tritonforge.evaluation.sandbox.protocol import flatten_tensors
 from tritonforge.types import Mismatch, Status
 
@@ -60,10 +64,13 @@ def compare(
     rtol: float | None = None,
     atol_scale: str = "output_rms",
     noise: list[float | None] | None = None,
+    rounding: list[float | None] | None = None,
 ) -> tuple[Status, Mismatch | None, str]:
     """(CORRECT, None, "") or the failing status, its details and a one-line reason.
     `atol_scale`: ATOL_SCALES; `noise`: per top-level output, the reference's measured noise
-    scale (magnitude only; None or absent: 0)."""
+    scale (magnitude only; None or absent: 0); `rounding`: per top-level output, the
+    reference's own rounding error (noise.rounding_error), ROUNDING_FACTOR times of which is
+    added to the absolute tolerance under every rule."""
     exp_items, got_items = _as_list(expected), _as_list(got)
     if len(exp_items) != len(got_items):
         return _count_mismatch(exp_items, got_items)
@@ -86,13 +93,18 @@ def compare(
                     f"output {idx}: expected a number",
                 )
             e, g = e_t, g_t
-        floor = (noise[idx] if noise is not None and idx < len(noise) else None) or 0.0
+        floor = _at(noise, idx)
         status, mm, why = _compare_tensor(
-            e, g, idx, tolerance_of, nan_policy, atol, rtol, (atol_scale, floor)
-        )
+            e, g, idx, tolerance_of, nan_policy, atol, rtol, (atol_scale, floor),
+            ROUNDING_FACTOR * _at(rounding, idx),
+        )  # fmt: skip
         if status is not Status.CORRECT:
             return status, mm, why
     return Status.CORRECT, None, ""
+
+
+def _at(values: list[float | None] | None, idx: int) -> float:
+    return (values[idx] if values is not None and idx < len(values) else None) or 0.0
 
 
 def _count_mismatch(exp_items: list[Any], got_items: list[Any]):
@@ -178,6 +190,7 @@ def _compare_tensor(
     atol,
     rtol,
     scaling: tuple[str, float] = ("output_rms", 0.0),
+    rounding: float = 0.0,
 ):
     base = _base(e, g, idx)
     layout = _layout(e, g, idx, base)
@@ -198,7 +211,7 @@ def _compare_tensor(
     # output (a K=4096 matmul on 4x inputs) tolerates the summation-order noise any correct
     # fp32 kernel has near its zeros; under `magnitude` a small one keeps a tolerance its size.
     scale = output_scale(e, *scaling)
-    a_eff = a * scale
+    a_eff = a * scale + rounding
     acc = _Worst()
     for ec, gc in zip(_chunks(e), _chunks(g)):
         ed, gd = _widen(ec), _widen(gc)
@@ -215,6 +228,8 @@ def _compare_tensor(
         bad = nonfinite | (both & (diff > a_eff + r * ed.abs()))
         acc.add(ed, gd, bad, diff)
     shown = f"atol={a:g} (x{scale:.3g} output scale)" if scale != 1.0 else f"atol={a:g}"
+    if rounding:
+        shown += f" + {rounding:.3g} (the reference's own rounding x{ROUNDING_FACTOR:g})"
     return acc.verdict(e, g, base, idx, f"values differ beyond {shown}, rtol={r:g}")
 
 
@@ -354,4 +369,5 @@ def compare_to_reference(case: Any, got: Any, s: Any, problem: Any):
         problem.rtol,
         s.atol_scale,
         getattr(case, "noise", None),
+        getattr(case, "rounding", None),
     )

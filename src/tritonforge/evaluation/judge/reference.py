@@ -29,6 +29,7 @@ Does not cover: candidate code (never imported here), comparison (compare.py), a
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
 import mmap
@@ -47,7 +48,7 @@ from tritonforge.evaluation.judge.admission import Footprint, JudgeOutOfMemory
 from tritonforge.evaluation.judge.compare import output_bytes
 from tritonforge.evaluation.judge.distributions import transform
 from tritonforge.evaluation.judge.gpu_lock import judge_device
-from tritonforge.evaluation.judge.noise import output_noise
+from tritonforge.evaluation.judge.noise import output_noise, rounding_error
 from tritonforge.evaluation.judge.problem_check import cannot_run, missing_reason, randomness
 from tritonforge.evaluation.judge.rng import generator_key, must_hold, seeded
 from tritonforge.evaluation.sandbox.classify import is_device_oom
@@ -125,10 +126,13 @@ class Case:
         packed: torch.Tensor | None = None,
         stat_runs: list[list[tuple[float, float, float, int]]] | None = None,
         noise: list[float | None] | None = None,
+        rounding: list[float | None] | None = None,
     ):
         self.inputs, self.expected, self.desc = inputs, expected, desc
         # per top-level output: how far it moves when the inputs move by a few ulps (noise.py)
         self.noise = noise
+        # per top-level output: its distance from the reference run in float64 (noise.py)
+        self.rounding = rounding
         self.ident = secrets.token_hex(8)  # names this case to the timing process
         # nondeterministic reference: the statistics of several runs (problem_check.randomness)
         self.stat_runs = stat_runs
@@ -183,6 +187,11 @@ def sealed_memfd(buf: torch.Tensor) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _widened(t: torch.Tensor) -> torch.Tensor:
+    """`t` in float64 when it is a real floating tensor, else `t`."""
+    return t.double() if t.is_floating_point() else t
 
 
 @dataclass
@@ -246,6 +255,25 @@ class Reference:
         with torch.no_grad():
             out = self.model(*dev_inputs)
         return map_tensors(out, lambda t: t.detach())
+
+    def run_wide(
+        self, inputs: list[Any], perturb: Callable[[torch.Tensor], Any] | None = None
+    ) -> Any:
+        """The reference's outputs recomputed in float64 (a copy of the model; floating inputs
+        copied, changed by `perturb` in their own dtype, then widened), or None when the model
+        cannot run so (a dtype fixed inside its forward, an op without float64, no memory
+        left): the yardstick of its own rounding (noise.rounding_error)."""
+        try:
+            model = copy.deepcopy(self.model).double()
+            dev_inputs = [map_tensors(v, lambda t: t.to(self.device, copy=True)) for v in inputs]
+            if perturb is not None:
+                dev_inputs = [map_tensors(v, perturb) for v in dev_inputs]
+            dev_inputs = [map_tensors(v, _widened) for v in dev_inputs]
+            with torch.no_grad():
+                out = model(*dev_inputs)
+            return map_tensors(out, lambda t: t.detach())
+        except Exception:  # any failure only means no float64 yardstick
+            return None
 
 
 # cases kept at most, whatever their bytes: each holds a memfd (a judge of many small problems
@@ -364,9 +392,10 @@ class ReferenceStore:
             else 0
         )
         stat_runs = randomness(ref, inputs, expected)  # checked on the first case
-        noise = None
+        noise = rounding = None
         if not stat_runs:
             noise = output_noise(ref.run, inputs, expected, torch.Generator().manual_seed(seed))
+            rounding = rounding_error(ref.run, ref.run_wide, inputs, expected, seed)
         in_bytes = sum(t.numel() * t.element_size() for t in flatten_tensors(inputs))
         out_bytes = output_bytes(expected)
         if ref.footprint is None:
@@ -380,14 +409,19 @@ class ReferenceStore:
         if ref.device == "cpu":
             desc, fd = pack(inputs)
             size = desc["size"] + out_bytes
-            return Case(inputs, expected, desc, fd, size, stat_runs=stat_runs, noise=noise)
+            return Case(
+                inputs, expected, desc, fd, size, stat_runs=stat_runs, noise=noise,
+                rounding=rounding,
+            )  # fmt: skip
         # what a shared device buffer is filled from (transport.py); the memfd is made on use
         packed = torch.empty(packed_size(inputs), dtype=torch.uint8, device=ref.device)
         desc = pack_into(inputs, packed)
         assert desc is not None  # sized by packed_size
         inputs = list(unpack_buffer(desc, packed, keep_strides=True, copy=False))
         dev_bytes = out_bytes + desc["size"]
-        return Case(inputs, expected, desc, -1, dev_bytes, dev_bytes, packed, stat_runs, noise)
+        return Case(
+            inputs, expected, desc, -1, dev_bytes, dev_bytes, packed, stat_runs, noise, rounding
+        )
 
     def _grow(self, host_bytes: int) -> None:
         """A case made its memfd: count the host bytes (evicted beyond the bound later)."""
