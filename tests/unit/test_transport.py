@@ -110,10 +110,10 @@ def _case(value: list) -> Case:
 def test_transport_on_cpu_uses_memfds_and_says_why() -> None:
     case = _case([torch.ones(4)])
     t = Transport("cpu")
-    assert t.offer(case) == ({}, []) and not t.active and t.reason == "cpu device"
+    assert t.offer(case) == (None, []) and not t.active and t.reason == "cpu device"
     fields, fds = t.send(case)
     try:
-        assert fields == {"inputs": case.desc} and len(fds) == 1
+        assert fields.wire() == {"inputs": case.desc} and len(fds) == 1
         assert os.fstat(fds[0]).st_ino == os.fstat(case.fd).st_ino
     finally:
         for fd in fds:
@@ -126,11 +126,11 @@ def test_outputs_in_a_buffer_never_offered_are_a_protocol_violation() -> None:
     desc, fd = pack([torch.ones(2)])
     os.close(fd)
     with pytest.raises(ProtocolError, match="never offered"):
-        t.outputs({"outputs": {**desc, "shared": True}}, [])
+        t.outputs({**desc, "shared": True}, [])
     r, w = os.pipe()
     os.close(w)
     with pytest.raises(ProtocolError, match="expected one output buffer"):
-        t.outputs({"outputs": desc}, [r, os.dup(r)])  # both closed by outputs()
+        t.outputs(desc, [r, os.dup(r)])  # both closed by outputs()
     with pytest.raises(OSError):
         os.fstat(r)
 
@@ -191,12 +191,12 @@ def test_offer_without_a_cuda_driver_falls_back_to_memfds(caplog: pytest.LogCapt
         pytest.skip("this machine can share device memory")
     case = _case([torch.ones(4)])
     t = Transport("cuda:0")
-    assert t.offer(case) == ({}, []) and not t.active
+    assert t.offer(case) == (None, []) and not t.active
     assert "DevShareError" in t.reason  # said once in the log, then used as the stats key
     fields, fds = t.send(case)
     for fd in fds:
         os.close(fd)
-    assert "shared" not in fields and len(fds) == 1
+    assert "shared" not in fields.wire() and len(fds) == 1
     os.close(case.fd)
 
 

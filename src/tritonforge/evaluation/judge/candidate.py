@@ -1,14 +1,16 @@
 """One candidate's evaluation as the judge sees it: its state and its channel to the worker.
 
 Covers: `CandidateRun` (problem, settings, device, worker session, reference, phase times, audit
-records, notes, whether a kernel has run; `call` sends one request with its budget, holding
-shared access of the device's gate while the worker works (its budget starts once access is
-granted; the wait is added to `waited`), and turns every way it can fail into a `Stop` with a
+records, notes, whether a kernel has run; `ask` sends one request (a record of requests.py,
+turned into its wire form here only) with its budget, holding shared access of the device's
+gate while the worker works (its budget starts once access is granted; the wait is added to
+`waited`), parses the reply (replies.py) and turns every way it can fail into a `Stop` with a
 verdict; `outputs` reads the worker's outputs into the judge's memory) and `failure_verdict` (a
 worker's failure reply as a verdict; a device out-of-memory reply names the figures and sets
 `device_oom`, also when the worker died of it outside a request it could answer) and
 `judge_oom_verdict` (the judge's own out-of-memory error as a verdict).
-Does not cover: what to ask and when (evaluator.py, gpu_timing.py), comparison (compare.py).
+Does not cover: what to ask and when (trials.py, replay.py, gpu_timing.py), comparison
+(compare.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tritonforge.evaluation.judge.budget import LoadAwareBudget, Starved
 from tritonforge.evaluation.judge.constant import OutputTrace
 from tritonforge.evaluation.judge.device_gate import gate
 from tritonforge.evaluation.judge.reference import Reference
+from tritonforge.evaluation.judge.requests import WorkerRequest
 from tritonforge.evaluation.judge.session import Session, describe_exit
 from tritonforge.evaluation.sandbox.protocol import Deadline, PeerClosed, ProtocolError
 from tritonforge.types import Problem, Status, Verdict
@@ -54,7 +57,7 @@ class CandidateRun:
     ref: Reference
     # seconds per phase, the judge's and the worker's (a missing one counts 0: `+=` adds)
     phases: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
-    records: list[dict[str, Any]] = field(default_factory=list)  # audit record of each trial
+    records: list[replies.AuditFacts] = field(default_factory=list)  # audit of each trial
     notes: list[str] = field(default_factory=list)
     compiled: bool = False  # a kernel has launched (or, CUDA backend, the extension built and ran)
     armed: str = ""  # the audit's configuration as the worker reported it at load
@@ -69,40 +72,28 @@ class CandidateRun:
     scratch: str | None = None  # a replayer's private scratch directory (rlimits sandbox)
     timing_member: Any = None  # group_timing.Member when judged with its group
 
-    def call(
-        self,
-        msg: dict[str, Any],
-        fds: list[int],
-        budget: float,
-        phase: str,
-        total: float | None = None,
-    ) -> tuple[dict[str, Any], list[int]]:
-        """One request to the worker within `budget` seconds of its own time (time it waited
-        for a CPU does not count: budget.py), under shared access of the device (re-entrant
-        inside a timing's exclusive access); the fds sent are closed here. `total` is the
-        phase's whole budget as configured (what a timeout message names) when `budget` is what
-        is left of it."""
-        with gate(self.device).shared() as waited:
-            self.waited += waited
-            reply, rfds = self._call(msg, fds, budget, phase, total)
-        if not reply.get("ok") and isinstance(reply.get("memory"), dict):
-            self.device_oom = True
-        return reply, rfds
-
     def ask(
         self,
-        msg: dict[str, Any],
+        req: WorkerRequest,
         fds: list[int],
         budget: float,
         phase: str,
         total: float | None = None,
     ) -> tuple[Any, list[int]]:
-        """`call`, its reply parsed into its record (replies.py) or a `Failure`: one that does
-        not parse is the candidate's tampering with its worker (`protocol_violation`), never
-        an error of the judge's. Returns (record, fds)."""
-        raw, rfds = self.call(msg, fds, budget, phase, total)
+        """One request to the worker within `budget` seconds of its own time (time it waited
+        for a CPU does not count: budget.py), under shared access of the device (re-entrant
+        inside a timing's exclusive access); the fds sent are closed here. `total` is the
+        phase's whole budget as configured (what a timeout message names) when `budget` is what
+        is left of it. The reply is parsed into its record (replies.py) or a `Failure`: one that
+        does not parse is the candidate's tampering with its worker (`protocol_violation`),
+        never an error of the judge's. Returns (record, fds)."""
+        with gate(self.device).shared() as waited:
+            self.waited += waited
+            raw, rfds = self._call(req, fds, budget, phase, total)
+        if not raw.get("ok") and isinstance(raw.get("memory"), dict):
+            self.device_oom = True
         try:
-            return replies.parse(msg["op"], raw), rfds
+            return replies.parse(req.op, raw), rfds
         except replies.ReplyError as exc:
             for fd in rfds:
                 os.close(fd)
@@ -112,17 +103,18 @@ class CandidateRun:
                     rule="protocol_violation",
                     phase=phase,
                     compiled=self.compiled,
-                    message=f"the worker's reply to `{msg['op']}` is malformed: {exc}"[:2000],
+                    message=f"the worker's reply to `{req.op}` is malformed: {exc}"[:2000],
                 )
             ) from None
 
     def _call(
-        self, msg: dict[str, Any], fds: list[int], budget: float, phase: str, total: float | None
+        self, req: WorkerRequest, fds: list[int], budget: float, phase: str, total: float | None
     ) -> tuple[dict[str, Any], list[int]]:
+        """The transport call: the request's wire form sent, the raw reply (for `ask` only)."""
         session, compiled = self.session, self.compiled
         clock = LoadAwareBudget(session.pid, budget, self.settings.budgets.load_stretch)
         try:
-            return session.request(msg, fds, clock.deadline, clock.next_deadline)
+            return session.request(req.wire(), fds, clock.deadline, clock.next_deadline)
         except Deadline:
             waited = (
                 f" (not counting {clock.waited:.0f} s it waited for a CPU)"
@@ -188,7 +180,7 @@ class CandidateRun:
         """The worker's outputs (`desc`: their descriptor), copied once into the judge's memory
         on its device (where the expected outputs live, so the comparison runs there)."""
         try:
-            return self.session.transport.outputs({"outputs": desc}, fds)
+            return self.session.transport.outputs(desc, fds)
         except ProtocolError as exc:
             raise Stop(
                 Verdict(

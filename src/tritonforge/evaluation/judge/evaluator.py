@@ -66,6 +66,7 @@ from tritonforge.evaluation.judge.replay import Captured, recipe_ops, replayed_a
 from tritonforge.evaluation.judge.replay import close as close_replayer
 from tritonforge.evaluation.judge.replay import evidence as replay_evidence
 from tritonforge.evaluation.judge.replies import AuditFacts, Failure, RunReply
+from tritonforge.evaluation.judge.requests import Load, Run
 from tritonforge.evaluation.judge.resources import DeviceResources
 from tritonforge.evaluation.judge.session import Session
 from tritonforge.evaluation.judge.transport import Transport
@@ -389,19 +390,18 @@ class Evaluator:
         s, session = run.settings, run.session
         init_desc, init_fd = pack(run.ref.init_inputs)
         shared, shared_fds = session.transport.offer(first)
-        msg = {
-            "op": "load",
-            "source": run.source,
-            "init_inputs": init_desc,
-            "init_seed": INIT_SEED,
-            "device": "cpu" if run.device == "cpu" else "cuda:0",
-            "backend": s.backend,
-            "mode": s.mode,
-            "preimport": run.preimports,
-            **shared,
-        }
+        req = Load(
+            source=run.source,
+            init_inputs=init_desc,
+            init_seed=INIT_SEED,
+            device="cpu" if run.device == "cpu" else "cuda:0",
+            backend=s.backend,
+            mode=s.mode,
+            preimport=tuple(run.preimports),
+            shared=shared,
+        )
         t = time.monotonic()
-        reply, extra = run.ask(msg, [init_fd, *shared_fds], s.budgets.import_s, "import")
+        reply, extra = run.ask(req, [init_fd, *shared_fds], s.budgets.import_s, "import")
         for fd in extra:  # the worker attaches nothing to this reply
             os.close(fd)
         run.phases["import"] = time.monotonic() - t
@@ -539,14 +539,16 @@ class Evaluator:
                 progress.debug("reference outputs: trial %d/%d (%s inputs)", i + 1, len(plan), dist)
                 case = self.case(run.phases, run.ref, seed, dist)
                 carry, carry_fds = session.transport.send(case)
-                msg = {"op": "run", **carry, **audit_switches(last_trial=i == len(plan) - 1)}
-                if replayable and i == recipe_at:
-                    msg["recipe"] = True
+                req = Run(
+                    carry,
+                    **audit_switches(last_trial=i == len(plan) - 1),
+                    recipe=replayable and i == recipe_at,
+                )
                 progress.debug("%s: trial %d/%d", phase, i + 1, len(plan))
                 t = time.monotonic()
                 budget = total if i == 0 else max(0.1, correctness_left)
                 waited, cpu_waited = run.waited, run.waited_s
-                reply, fds = run.ask(msg, carry_fds, budget, phase, total)
+                reply, fds = run.ask(req, carry_fds, budget, phase, total)
                 spent = (
                     time.monotonic() - t - (run.waited - waited)
                 )  # waits for the gate: not its time
@@ -570,7 +572,7 @@ class Evaluator:
                 t = time.monotonic()
                 outputs = run.outputs(reply.outputs, fds)
                 # the judge's own look at the shared input buffer joins the worker's report
-                seen = session.transport.mutated(case, bool(carry.get("shared")))
+                seen = session.transport.mutated(case, carry.shared)
                 if seen:
                     mutated = sorted(set(reply.facts.mutated) | set(seen))
                     reply = replace(reply, facts=replace(reply.facts, mutated=tuple(mutated)))

@@ -43,6 +43,7 @@ from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.ref_timer import ReferenceUnusable, RefTimer, TimerDied
 from tritonforge.evaluation.judge.reference import Case
 from tritonforge.evaluation.judge.replies import TimeReply
+from tritonforge.evaluation.judge.requests import Run, Time
 from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, device_peaks, stats
 from tritonforge.evaluation.sandbox.protocol import DEVICE_CLOCKS, TRIAL_PARTS
 from tritonforge.logging_setup import get_logger
@@ -166,10 +167,10 @@ def _rounds(
                 budget = max(0.1, deadline - time.monotonic())
                 t_req = time.monotonic()
                 if side in ("base", "comp"):
-                    reply = _timer_reply(timer.time(
+                    reply = timer.time(
                         key, side == "comp", case, (warm, per_round, s.perf_round_ms),
                         s.timing_clock, budget,
-                    ))  # fmt: skip
+                    )  # fmt: skip
                     for i in live:
                         _round_phases(runs[i].phases, time.monotonic() - t_req, reply)
                     _record(shared, side, reply, skip)
@@ -202,18 +203,6 @@ def _record(out: Rounds, side: str, reply: TimeReply, skip: int) -> None:
     out.clocks.add(reply.clock)
     if reply.exposed > 0 and side == "cand":
         out.exposed[side] = out.exposed.get(side, 0) + reply.exposed
-
-
-def _timer_reply(raw: dict[str, Any]) -> TimeReply:
-    """The trusted timing process's reply as a record; one that does not parse is the judge's
-    fault (TimerDied: the timing is tried again in a new process)."""
-    try:
-        reply = replies.parse("time", raw)
-    except replies.ReplyError as exc:
-        raise TimerDied(f"the timing process's reply does not parse: {exc}") from None
-    if isinstance(reply, replies.Failure):  # (ref_timer raised for failures already)
-        raise TimerDied(f"the timing process failed: {reply.message[:300]}")
-    return reply
 
 
 def _round_phases(phases: Any, wall: float, reply: TimeReply) -> None:
@@ -257,18 +246,12 @@ def _candidate_round(
     run: CandidateRun, case: Case, warm: int, trials: int, budget: float
 ) -> TimeReply:
     carry, carry_fds = run.session.transport.send(case)
-    msg = {
-        "op": "time",
-        **carry,
-        "warmup": warm,
-        "trials": trials,
-        "budget_ms": run.settings.perf_round_ms,
-        "clock": run.settings.timing_clock,
-    }
+    tol = None
     if run.replayer is not None:  # every timed call of the replay checked (timing_loop.Consistency)
-        tol = {d: run.settings.tolerance(d) for d in ("float64", "float32", "float16", "bfloat16")}
-        msg["consistency"] = {"tol": tol}
-    reply, extra = run.ask(msg, carry_fds, budget, "timing")
+        tol = tuple((d, run.settings.tolerance(d)) for d in ("float64", "float32", "float16",
+                                                             "bfloat16"))  # fmt: skip
+    req = Time(carry, warm, trials, run.settings.perf_round_ms, run.settings.timing_clock, tol)
+    reply, extra = run.ask(req, carry_fds, budget, "timing")
     if isinstance(reply, replies.Failure):
         for fd in extra:
             os.close(fd)
@@ -363,7 +346,7 @@ def _recheck(ev: Any, run: CandidateRun, v: Verdict, post: Case, nbytes: int, r:
         return
     carry, carry_fds = run.session.transport.send(post)
     reply, fds = run.ask(
-        {"op": "run", **carry, **audit_switches()},
+        Run(carry, **audit_switches()),
         carry_fds,
         s.budgets.correctness_s,
         "correctness",

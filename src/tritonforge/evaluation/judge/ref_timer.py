@@ -27,6 +27,7 @@ from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from tritonforge.evaluation.judge import replies
 from tritonforge.evaluation.judge.admission import (
     L2_FLUSH_BYTES,
     JudgeOutOfMemory,
@@ -34,6 +35,8 @@ from tritonforge.evaluation.judge.admission import (
 )
 from tritonforge.evaluation.judge.forkserver import ForkServer
 from tritonforge.evaluation.judge.reference import INIT_SEED, Case, Reference
+from tritonforge.evaluation.judge.replies import TimeReply
+from tritonforge.evaluation.judge.requests import RefDrop, RefLoad, RefTime, TimerRequest
 from tritonforge.evaluation.judge.session import Session, describe_exit
 from tritonforge.evaluation.judge.timer_weights import offer
 from tritonforge.evaluation.judge.transport import Parcel, export_inputs, shared_parcel
@@ -117,9 +120,15 @@ class RefTimer:
             self.starts += 1
         return self.session
 
-    def _request(self, msg: dict[str, Any], fds: list[int], budget: float) -> dict[str, Any]:
+    def _request(
+        self, req: TimerRequest, budget: float, parcel: Parcel | None = None
+    ) -> dict[str, Any]:
+        """The transport call: `req`'s wire form with what `parcel` adds (its fields and fds,
+        closed here); the raw reply, read in this module only."""
+        fds = parcel.fds if parcel is not None else []
         try:  # (the descriptors are closed also when the process cannot be started)
             session = self._ensure()
+            msg = {**req.wire(), **(parcel.msg if parcel is not None else {})}
             reply, extra = session.request(msg, fds, time.monotonic() + budget)
         except ProtocolError as exc:  # PeerClosed, Deadline, a malformed frame
             ended = self._forget(f"{type(exc).__name__}: {exc}")
@@ -200,17 +209,16 @@ class RefTimer:
         """The `ref_load` request (caller holds the lock): the init inputs, the judge's weights
         (timer_weights.py: the process need not build them again) and the case's inputs."""
         init_desc, init_fd = pack(ref.init_inputs)
-        msg = {
-            "op": "ref_load",
-            "key": timer_key(ref),
-            "source": ref.problem.reference_src,
-            "init_inputs": init_desc,
-            "init_seed": INIT_SEED,
-            "device": "cpu" if self.device == "cpu" else "cuda:0",
-            "compile": compile_baseline,
-            "inputs": case.desc,
-            "case": case.ident,
-        }
+        req = RefLoad(
+            key=timer_key(ref),
+            source=ref.problem.reference_src,
+            init_inputs=init_desc,
+            init_seed=INIT_SEED,
+            device="cpu" if self.device == "cpu" else "cuda:0",
+            compile=compile_baseline,
+            inputs=case.desc,
+            case=case.ident,
+        )
 
         def lead() -> Parcel:
             first = Parcel({}, [os.dup(init_fd)])
@@ -221,7 +229,7 @@ class RefTimer:
                 raise
 
         try:
-            reply = self._with_inputs(msg, case, budget, lead, phases)
+            reply = self._with_inputs(req, case, budget, lead, phases)
         finally:
             os.close(init_fd)
         how = str(reply.get("weights") or "")
@@ -231,13 +239,13 @@ class RefTimer:
 
     def _with_inputs(
         self,
-        msg: dict[str, Any],
+        req: RefLoad | RefTime,
         case: Case,
         budget: float,
         lead: Callable[[], Parcel] = Parcel,
         phases: defaultdict[str, float] | None = None,
     ) -> dict[str, Any]:
-        """`msg` sent with what `lead()` makes first, then `case`'s inputs (caller holds the
+        """`req` sent with what `lead()` makes first, then `case`'s inputs (caller holds the
         lock): through shared device buffers (the judge's side released once the process
         answered) or memfds; once more through memfds when the process could not map a buffer
         (it answers `shared_error`)."""
@@ -252,7 +260,7 @@ class RefTimer:
             if phases is not None:
                 phases["timer_send"] += time.monotonic() - t
             try:
-                reply = self._request({**msg, **parcel.msg}, parcel.fds, budget)
+                reply = self._request(req, budget, parcel)
             finally:
                 parcel.release(self.device)  # the process mapped them (or failed to)
             if not reply.get("shared_error"):
@@ -303,26 +311,26 @@ class RefTimer:
         counts: tuple[int, int, float],
         clock: str,
         budget: float,
-    ) -> dict[str, Any]:
-        """One timing request for a loaded reference (eager or compiled); the reply. The inputs
-        are those `prepare` loaded, unless another evaluation's `prepare` has since loaded this
-        reference with another case (a rebuilt one: the case cache had evicted it): then this
-        case's inputs go with the request, in place of the other's."""
+    ) -> TimeReply:
+        """One timing request for a loaded reference (eager or compiled); the reply, parsed
+        (`parse_time`). The inputs are those `prepare` loaded, unless another evaluation's
+        `prepare` has since loaded this reference with another case (a rebuilt one: the case
+        cache had evicted it): then this case's inputs go with the request, in place of the
+        other's."""
         with self.lock:
             if key not in self.entries:  # the process was ended (and forgotten) since `prepare`
                 raise TimerDied(f"the timing process was restarted after {key} was loaded")
-            msg = {"op": "time", "key": key, "compiled": compiled, "inputs": case.desc,
-                   "case": case.ident, "warmup": counts[0], "trials": counts[1],
-                   "budget_ms": counts[2], "clock": clock}  # fmt: skip
+            req = RefTime(key, compiled, case.desc, case.ident, counts[0], counts[1], counts[2],
+                          clock)  # fmt: skip
             if key in self.entries and self.cases.get(key) != case.ident:
-                self._request({"op": "ref_drop", "key": key, "inputs_only": True}, [], 30.0)
+                self._request(RefDrop(key, inputs_only=True), 30.0)
                 self.cases.pop(key, None)  # (the other's inputs are gone before these come)
-                reply = self._with_inputs(msg, case, budget)
+                reply = self._with_inputs(req, case, budget)
             else:
-                reply = self._request(msg, [], budget)
+                reply = self._request(req, budget)
             self._check(reply, "timing the reference")
             self.cases[key] = case.ident
-            return reply
+        return parse_time(reply)
 
     def _check(self, reply: dict[str, Any], what: str) -> None:
         """`_check`, but a reply telling of a broken CUDA context ends the process first (the
@@ -350,7 +358,7 @@ class RefTimer:
         self.cases.pop(key, None)
         self.compiled.discard(key)
         try:
-            self._request({"op": "ref_drop", "key": key}, [], 30.0)
+            self._request(RefDrop(key), 30.0)
         except TimerDied:
             pass
 
@@ -393,6 +401,18 @@ def context_lost(reply: dict[str, Any]) -> bool:
         return False
     message = str(reply.get("message", "")).lower()
     return reply.get("status") == "illegal_memory_access" or any(m in message for m in STICKY)
+
+
+def parse_time(raw: dict[str, Any]) -> TimeReply:
+    """The timing process's `time` reply as a record; one that does not parse is the judge's
+    fault (TimerDied: the timing is tried again in a new process)."""
+    try:
+        reply = replies.parse("time", raw)
+    except replies.ReplyError as exc:
+        raise TimerDied(f"the timing process's reply does not parse: {exc}") from None
+    if isinstance(reply, replies.Failure):  # (raised for failures already: `_check`)
+        raise TimerDied(f"the timing process failed: {reply.message[:300]}")
+    return reply
 
 
 def _check(reply: dict[str, Any], what: str) -> None:

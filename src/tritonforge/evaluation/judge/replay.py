@@ -36,6 +36,7 @@ from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.reference import Case
 from tritonforge.evaluation.judge.replay_kernels import KernelModule, KernelRefused, kernel_module
 from tritonforge.evaluation.judge.replies import Failure
+from tritonforge.evaluation.judge.requests import ReplayLoad, ReplayRun, ReplayTrace
 from tritonforge.evaluation.judge.session import Session
 from tritonforge.evaluation.judge.transport import Transport
 from tritonforge.evaluation.judge.workerenv import private_scratch, worker_spec
@@ -45,7 +46,6 @@ from tritonforge.evaluation.sandbox.recipe_format import (
     RecipeError,
     Scalar,
     View,
-    encode_recipe,
     flatten,
     parse_recipe,
 )
@@ -272,16 +272,15 @@ def _load(
 ) -> None:
     first = ev.case(run.phases, run.ref, ev.seed(run.problem, REPLAY_SEED), "native")
     shared, shared_fds = rr.session.transport.offer(first)
-    msg = {
-        "op": "replay_load",
-        "device": "cpu" if run.device == "cpu" else "cuda:0",
-        "module": module,
-        "recipe": encode_recipe(recipe),
-        "blob": captured.blob,
-        **shared,
-    }
+    req = ReplayLoad(
+        device="cpu" if run.device == "cpu" else "cuda:0",
+        module=module,
+        recipe=recipe,
+        blob=captured.blob,
+        shared=shared,
+    )
     fd, captured.fd = captured.fd, None  # sent (and closed) with the request
-    reply, extra = rr.ask(msg, [fd, *shared_fds], run.settings.budgets.import_s, "replay")
+    reply, extra = rr.ask(req, [fd, *shared_fds], run.settings.budgets.import_s, "replay")
     for x in extra:
         os.close(x)
     if isinstance(reply, Failure):
@@ -321,8 +320,7 @@ def check(ev: Any, rr: CandidateRun, i: int, case: tuple[Case, str] | None = Non
     else:
         case = ev.case(rr.phases, rr.ref, ev.seed(rr.problem, REPLAY_SEED + 1 + i), dist)
     carry, carry_fds = rr.session.transport.send(case)
-    msg = {"op": "replay_run", **carry}
-    reply, fds = rr.ask(msg, carry_fds, s.budgets.correctness_s, "replay")
+    reply, fds = rr.ask(ReplayRun(carry), carry_fds, s.budgets.correctness_s, "replay")
     if isinstance(reply, Failure):
         for fd in fds:
             os.close(fd)
@@ -339,7 +337,7 @@ def check(ev: Any, rr: CandidateRun, i: int, case: tuple[Case, str] | None = Non
             "verdict rests on this replay: forward's work must be done by its own kernels, "
             "the same way on every call",
         ))  # fmt: skip
-    if rr.session.transport.mutated(case, bool(carry.get("shared"))):
+    if rr.session.transport.mutated(case, carry.shared):
         raise Stop(Verdict(status=Status.INPUT_MUTATED, phase="replay", compiled=True,
                            message="the replayed kernels modified their inputs in place"))  # fmt: skip
 
@@ -352,8 +350,8 @@ def trace(ev: Any, rr: CandidateRun) -> None:
     credited: list[bool] | None = None
     for poison in POISONS:
         carry, carry_fds = rr.session.transport.send(case)
-        msg = {"op": "replay_trace", **carry, "poison": poison}
-        reply, fds = rr.ask(msg, carry_fds, rr.settings.budgets.correctness_s, "replay")
+        req = ReplayTrace(carry, poison)
+        reply, fds = rr.ask(req, carry_fds, rr.settings.budgets.correctness_s, "replay")
         for fd in fds:
             os.close(fd)
         if isinstance(reply, Failure):

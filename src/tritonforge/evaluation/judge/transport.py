@@ -25,6 +25,7 @@ import torch
 
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.reference import Case
+from tritonforge.evaluation.judge.requests import Carry, SharedOffer
 from tritonforge.evaluation.sandbox.devshare import TOKEN_BYTES, DevShareError, ExportedBuffer
 from tritonforge.evaluation.sandbox.protocol import (
     ProtocolError,
@@ -57,20 +58,21 @@ class Transport:
             self.reason = "cpu device"
 
     # -- set-up --------------------------------------------------------------------------------
-    def offer(self, case: Case) -> tuple[dict[str, Any], list[int]]:
-        """Fields and fds to add to the `load` request ({} and [] when not offering)."""
+    def offer(self, case: Case) -> tuple[SharedOffer | None, list[int]]:
+        """The shared buffers and their fds to add to the `load` request (None and [] when not
+        offering)."""
         if self.reason or case.packed is None:
             self.reason = self.reason or "no device copy of the inputs"
-            return {}, []
+            return None, []
         out_bytes = packed_size(case.expected)
         try:
             with judge_device(self.device):
                 return self._offer(case, out_bytes)
         except Exception as exc:  # no device sharing here: memfds (logged once per reason)
             self._fall_back(f"{type(exc).__name__}: {str(exc)[:200]}")
-            return {}, []
+            return None, []
 
-    def _offer(self, case: Case, out_bytes: int) -> tuple[dict[str, Any], list[int]]:
+    def _offer(self, case: Case, out_bytes: int) -> tuple[SharedOffer, list[int]]:
         try:
             self.inp = ExportedBuffer(self.device, max(case.desc["size"], TOKEN_BYTES))
             self.out = ExportedBuffer(self.device, max(out_bytes, TOKEN_BYTES))
@@ -92,9 +94,7 @@ class Transport:
         except BaseException:
             self.close()
             raise
-        fields = {"in": self.inp.nbytes, "in_size": self.inp.size}
-        fields.update({"out": self.out.nbytes, "out_size": self.out.size})
-        return {"shared": fields}, fds
+        return SharedOffer(self.inp.nbytes, self.inp.size, self.out.nbytes, self.out.size), fds
 
     def accept(self, got: dict[str, str] | None) -> None:
         """After `load`, with the parsed reply's shared-buffer answer (replies.py): use the
@@ -127,22 +127,23 @@ class Transport:
                 )
 
     # -- per request ----------------------------------------------------------------------------
-    def send(self, case: Case) -> tuple[dict[str, Any], list[int]]:
-        """Message fields and fds that carry `case`'s inputs."""
+    def send(self, case: Case) -> tuple[Carry, list[int]]:
+        """How `case`'s inputs travel with a request, and the fds that carry them."""
         # shared_out: the worker may write its outputs into the shared buffer (only once accepted)
-        out = {"shared_out": True} if self.active else {}
+        out = self.active
         if self.active and case.packed is not None and case.desc["size"] <= self.inp.nbytes:
             size = case.desc["size"]
             with judge_device(self.device):
                 if size:
                     self.inp_t[:size].copy_(case.packed)
                 torch.cuda.synchronize(self.inp.device)  # complete before the worker reads it
-            return {"inputs": case.desc, "shared": True, **out}, []
-        return {"inputs": case.desc, **out}, [os.dup(case.fd)]
+            return Carry(case.desc, shared=True, shared_out=out), []
+        return Carry(case.desc, shared_out=out), [os.dup(case.fd)]
 
-    def outputs(self, reply: dict[str, Any], fds: list[int]) -> Any:
-        """The worker's outputs as private tensors on the judge's device. Closes `fds`."""
-        desc = reply.get("outputs") or {}
+    def outputs(self, desc: dict[str, Any], fds: list[int]) -> Any:
+        """The worker's outputs (`desc`: their descriptor, as the worker sent it) as private
+        tensors on the judge's device. Closes `fds`."""
+        desc = desc or {}
         try:
             if isinstance(desc, dict) and desc.get("shared"):
                 if not self.active:
