@@ -26,13 +26,14 @@ import pytest
 import torch
 
 import helpers.hack_corpus as hc
-from tritonforge.evaluation.judge import evaluator as evaluator_module
 from tritonforge.evaluation.judge import gpu_timing
 from tritonforge.evaluation.judge import replay as replay_module
+from tritonforge.evaluation.judge import trials as trials_module
 from tritonforge.evaluation.judge.admission import evaluation_bytes
 from tritonforge.evaluation.judge.compare import compare_to_reference
 from tritonforge.evaluation.judge.device_gate import gate
 from tritonforge.evaluation.judge.evaluator import Evaluator
+from tritonforge.evaluation.judge.replies import TimeReply
 from tritonforge.evaluation.sandbox import protocol
 from tritonforge.problems import load_suite
 from tritonforge.types import Problem, Status, Verdict
@@ -198,7 +199,7 @@ def _oom(*args, **kwargs):
 
 def test_judge_oom_is_retried_alone_then_the_judges_fault(builtin, monkeypatch) -> None:
     p = builtin["relu"]
-    monkeypatch.setattr(evaluator_module, "compare_to_reference", _oom)
+    monkeypatch.setattr(trials_module, "compare_to_reference", _oom)
     with Evaluator(_settings(time_on_cpu=False)) as ev:
         v = ev.evaluate(p, p.solution_src)
         assert ev.retries["judge_oom"] == 1
@@ -213,7 +214,7 @@ def test_judge_oom_is_retried_alone_then_the_judges_fault(builtin, monkeypatch) 
             _oom()
         return compare_to_reference(*args, **kwargs)
 
-    monkeypatch.setattr(evaluator_module, "compare_to_reference", once)
+    monkeypatch.setattr(trials_module, "compare_to_reference", once)
     with Evaluator(_settings(time_on_cpu=False)) as ev:
         v = ev.evaluate(p, p.solution_src)
     assert v.status is Status.CORRECT and any("judged again alone" in n for n in v.notes)
@@ -281,7 +282,7 @@ def test_the_judge_holds_one_case_at_a_time(builtin, monkeypatch) -> None:
             return compare_to_reference(*args, **kwargs)
 
         monkeypatch.setattr(ev.refs, "case", case)
-        monkeypatch.setattr(evaluator_module, "compare_to_reference", compare)
+        monkeypatch.setattr(trials_module, "compare_to_reference", compare)
         monkeypatch.setattr(gpu_timing, "compare_to_reference", compare)
         monkeypatch.setattr(replay_module, "compare_to_reference", compare)
         v = ev.evaluate(p, p.solution_src)
@@ -384,7 +385,7 @@ def test_a_reference_reloaded_with_another_case_is_timed_on_its_own_case(builtin
         assert timer.prepare(ref, second, False, 60.0) == key and timer.cases[key] == second.ident
         for case in (first, second, second, first):
             reply = timer.time(key, False, case, (1, 3, 0.0), "host", 60.0)
-            assert reply["ok"] and len(reply["times_ms"]) == 3
+            assert isinstance(reply, TimeReply) and len(reply.times_ms) == 3  # parsed: ok
             assert timer.cases[key] == case.ident
         assert timer.starts == 1 and timer.deaths == 0, "the timing process never ended"
         timer.release(key)
@@ -409,7 +410,7 @@ def test_a_case_resent_with_a_time_request_falls_back_from_a_failed_shared_map(
         timer.prepare(ref, second, False, 60.0)
         timer.sharing = True  # offered again with the first's time request
         reply = timer.time(key, False, first, (1, 3, 0.0), "host", 60.0)
-        assert reply["ok"] and len(reply["times_ms"]) == 3
+        assert isinstance(reply, TimeReply) and len(reply.times_ms) == 3  # parsed: ok
         assert offered == [first.ident] and timer.sharing is False
         assert timer.cases[key] == first.ident
         assert timer.starts == 1 and timer.deaths == 0, "the timing process never ended"
@@ -466,7 +467,7 @@ def test_the_timing_process_takes_the_judges_weights_or_builds_what_they_miss(bu
             case = ev.refs.case(ref, ev.seed(p, 1000), "native")
             key = timer.prepare(ref, case, False, 60.0)
             reply = timer.time(key, False, case, (1, 3, 0.0), "host", 60.0)
-            assert reply["ok"] and len(reply["times_ms"]) == 3
+            assert isinstance(reply, TimeReply) and len(reply.times_ms) == 3  # parsed: ok
             timer.release(key)
         assert timer.starts == 1 and timer.deaths == 0
         assert ev.device_stats()["cpu"]["timer_weights"] == {"judge": 1, "built": 2}

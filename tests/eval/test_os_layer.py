@@ -26,6 +26,8 @@ import pytest
 import helpers.hack_corpus as hc
 from helpers.nobody_python import sandbox_evaluator
 from tritonforge.evaluation.judge import evaluator as evaluator_mod
+from tritonforge.evaluation.judge import phases as phases_mod
+from tritonforge.evaluation.judge import trials as trials_mod
 from tritonforge.evaluation.judge.checks import StaticResult
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.types import Status
@@ -43,11 +45,11 @@ SANDBOXES = ("namespaces", "rlimits")
 
 @pytest.fixture
 def python_layer_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec_of = evaluator_mod.worker_spec
+    spec_of = phases_mod.worker_spec
     monkeypatch.setattr(evaluator_mod, "run_static", lambda *a, **k: StaticResult(None, None, ""))
-    monkeypatch.setattr(evaluator_mod, "check_integrity", lambda *a, **k: None)
+    monkeypatch.setattr(trials_mod, "check_integrity", lambda *a, **k: None)
     monkeypatch.setattr(
-        evaluator_mod, "worker_spec", lambda *a, **k: {**spec_of(*a, **k), "python_layer": False}
+        phases_mod, "worker_spec", lambda *a, **k: {**spec_of(*a, **k), "python_layer": False}
     )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import helpers.hack_corpus as hc
-from tritonforge.evaluation.judge import evaluator as evaluator_module
+from tritonforge.evaluation.judge import trials as trials_module
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.evaluation.judge.replay import Captured, take_recipe
 from tritonforge.types import Status
@@ -81,7 +81,7 @@ def forged(monkeypatch: pytest.MonkeyPatch, change: Callable[[dict[str, Any]], N
             change(got.raw)
         return got
 
-    monkeypatch.setattr(evaluator_module, "take_recipe", take)
+    monkeypatch.setattr(trials_module, "take_recipe", take)
 
 
 def judge(ev: Evaluator, source: str, mode: str = "strict", **kw: Any):
@@ -202,7 +202,7 @@ def test_no_recipe_is_unreplayable(strict: Evaluator, monkeypatch: pytest.Monkey
         take_recipe(reply, fds).close()
         return Captured(error="the worker said no")
 
-    monkeypatch.setattr(evaluator_module, "take_recipe", refuse)
+    monkeypatch.setattr(trials_module, "take_recipe", refuse)
     v = judge(strict, RELU)
     assert v.status is Status.REWARD_HACK and v.rule == "unreplayable", v.message
     assert "the worker said no" in v.message

@@ -9,7 +9,10 @@ functions and under TYPE_CHECKING, parsed, not run) has
   foundation (types, config, logging, hardware, retry, model_cast) < problems < evaluation <
   rollout < training < plan < jobs < scale < commands < cli. training/ is the trainer library:
   it imports the foundation only (not problems, evaluation or rollout); inside evaluation/,
-  sandbox < judge < the rest (api, batch_order, service).
+  sandbox < judge < the rest (api, batch_order, service);
+- inside judge/, the Evaluator on top: no other judge module imports evaluator.py (the phases get
+  what they use of it as one tools.JudgeTools), and the record modules (requests, replies,
+  verdicts) import no judge module.
 A registry's lazy entry ("module:attr" or "module", config.registry) is a name, not an import:
 it may name a higher layer's module (the loss registry in config names training.losses), and
 tests/unit/test_registry.py resolves every such entry, so none can go stale.
@@ -221,4 +224,46 @@ def test_a_higher_or_a_forbidden_import_would_be_caught() -> None:
     assert _violations(EVALUATION_LAYERS, "tritonforge.evaluation", inside) == [
         "tritonforge.evaluation.sandbox.worker (sandbox) imports tritonforge.evaluation.judge.rng "
         "(judge)"
+    ]
+
+
+# ------------------------------------------------------------------------- inside judge/
+JUDGE = "tritonforge.evaluation.judge"
+# the judge's records: requests, parsed replies and the phases' results depend on no judge module
+JUDGE_RECORDS = ("requests", "replies", "verdicts")
+
+
+def _judge_boundaries(graph: dict[str, set[str]]) -> list[str]:
+    """The Evaluator is the top of judge/: no other judge module imports it (the phases get what
+    they use of it as one tools.JudgeTools record); the record modules import no judge module."""
+    out = []
+    for module, targets in sorted(graph.items()):
+        if not module.startswith(JUDGE + "."):
+            continue
+        inside = sorted(t for t in targets if t.startswith(JUDGE + "."))
+        if f"{JUDGE}.evaluator" in inside and module != f"{JUDGE}.evaluator":
+            out.append(f"{module} imports the Evaluator")
+        if module.rpartition(".")[2] in JUDGE_RECORDS and inside:
+            out.append(f"{module} (records) imports {', '.join(inside)}")
+    return out
+
+
+def test_the_judges_phases_never_see_the_evaluator() -> None:
+    graph = import_graph()
+    assert {f"{JUDGE}.{m}" for m in ("phases", "trials", "recheck", "tools")} <= set(graph)
+    assert f"{JUDGE}.tools" in graph[f"{JUDGE}.gpu_timing"]  # what they use instead
+    found = _judge_boundaries(graph)
+    assert not found, "\n".join(found)
+
+
+def test_a_phase_reaching_the_evaluator_would_be_caught() -> None:
+    graph = {
+        f"{JUDGE}.gpu_timing": {f"{JUDGE}.evaluator", f"{JUDGE}.tools"},
+        f"{JUDGE}.evaluator": {f"{JUDGE}.phases"},
+        f"{JUDGE}.verdicts": {f"{JUDGE}.notes", "tritonforge.types"},
+        f"{JUDGE}.requests": {"tritonforge.evaluation.sandbox.recipe_format"},
+    }
+    assert _judge_boundaries(graph) == [
+        f"{JUDGE}.gpu_timing imports the Evaluator",
+        f"{JUDGE}.verdicts (records) imports {JUDGE}.notes",
     ]

@@ -16,10 +16,9 @@ from typing import get_args
 import torch
 
 from tritonforge.config.eval import EvalSettings
-from tritonforge.evaluation.judge.gpu_timing import Rounds, _fill
+from tritonforge.evaluation.judge.gpu_timing import Rounds, timing_result
 from tritonforge.evaluation.sandbox.protocol import CLOCKS, DEVICE_CLOCKS
 from tritonforge.evaluation.sandbox.timing_loop import MIN_TRIALS, fitting, run_trials
-from tritonforge.types import Status, Verdict
 
 
 def test_every_configurable_clock_is_registered() -> None:
@@ -46,23 +45,19 @@ def _rounds(clocks: set[str], **exposed: int) -> Rounds:
 
 
 def test_the_verdict_names_the_device_clock_both_sides_used() -> None:
-    v = Verdict(status=Status.CORRECT)
-    _fill(v, _rounds({"cuda_events_idle"}), 200)
+    v = timing_result(_rounds({"cuda_events_idle"}), 200)
     assert v.timing_clock == "cuda_events_idle" and abs(v.speedup - 2.0) < 1e-9
-    v = Verdict(status=Status.CORRECT)
-    _fill(v, _rounds({"cuda_events"}), 200)
+    v = timing_result(_rounds({"cuda_events"}), 200)
     assert v.timing_clock == "cuda_events" and abs(v.speedup - 2.0) < 1e-9 and not v.notes
 
 
 def test_mixed_clocks_fall_back_to_host_times() -> None:
-    v = Verdict(status=Status.CORRECT)
-    _fill(v, _rounds({"cuda_events", "host"}), 200)
+    v = timing_result(_rounds({"cuda_events", "host"}), 200)
     assert v.timing_clock == "host" and abs(v.speedup - 1.0) < 1e-9
 
 
 def test_host_bound_trials_are_noted_per_side() -> None:
-    v = Verdict(status=Status.CORRECT)
-    _fill(v, _rounds({"cuda_events"}, cand=3, base=1), 200)
+    v = timing_result(_rounds({"cuda_events"}, cand=3, base=1), 200)
     assert any("3 timed call(s) of the candidate outlasted" in n for n in v.notes), v.notes
     assert any("1 timed call(s) of the reference outlasted" in n for n in v.notes), v.notes
 
@@ -137,13 +132,12 @@ def test_long_calls_get_fewer_trials_within_the_round_budget() -> None:
 
 
 def test_fewer_trials_than_asked_are_noted() -> None:
-    v = Verdict(status=Status.CORRECT)
     r = _rounds({"cuda_events"})
     r.asked = 3
-    _fill(v, r, 200)
+    v = timing_result(r, 200)
     assert not any("fewer trials" in n for n in v.notes)
     r.asked = 9
-    _fill(v, r, 200)
+    v = timing_result(r, 200)
     assert any("fewer trials (perf_round_ms): 3 of the candidate, 3 of the reference, of 9" in n
                for n in v.notes), v.notes  # fmt: skip
 

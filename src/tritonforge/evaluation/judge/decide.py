@@ -8,9 +8,10 @@ forward twice on the same tensors: poisoned outputs, and the two calls' launch s
 match), minimum custom-kernel share in hybrid mode (judge/work.py), unsolicited frames),
 `check_integrity` (the audit's configuration as armed, unchanged since load), `decide_timing`
 (timed calls that skipped their kernels or launched differently from the profiled calls,
-a runtime below the roofline bound under every preset, speedups above the preset's threshold), `changed_after_timing` (wrong after the timing loop although every trial
-passed), `audit_record` (the Audit summary for the verdict) and `audit_switches` (the in-process
-audit on/off, for measuring its cost).
+a runtime below the roofline bound under every preset, speedups above the preset's threshold
+where it rejects them; `implausible_note` where it flags them), `changed_after_timing` (wrong
+after the timing loop although every trial passed), `audit_record` (the Audit summary for the
+verdict) and `audit_switches` (the in-process audit on/off, for measuring its cost).
 Each rule returns (name, reason); names are documented in docs/security.md.
 Does not cover: collecting the facts (sandbox/audit.py, sandbox/worker.py).
 """
@@ -18,13 +19,14 @@ Does not cover: collecting the facts (sandbox/audit.py, sandbox/worker.py).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Protocol
 
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.replies import AuditFacts, Integrity, TrialFacts
 from tritonforge.evaluation.judge.timing import roofline_ms
 from tritonforge.evaluation.sandbox.glue import EPILOGUE, base_name, classify_op, glue_digest
 from tritonforge.hardware import DevicePeaks
-from tritonforge.types import Audit, Problem, Status, Verdict
+from tritonforge.types import Audit, Problem, Status, Timing
 
 # Rules reported by the worker that hybrid mode tolerates (KernelBench-style partial replacement).
 HYBRID_TOLERATED = {"host_read"}
@@ -221,8 +223,18 @@ def stable_signature(history: list[str]) -> str | None:
     return history[0] if history and all(h == history[0] for h in history) else None
 
 
+class Timed(Protocol):
+    """What the timing rules read of a timing (gpu_timing.TimingResult; a Verdict has it too)."""
+
+    @property
+    def speedup(self) -> float | None: ...
+
+    @property
+    def runtime(self) -> Timing | None: ...
+
+
 def decide_timing(
-    v: Verdict,
+    v: Timed,
     launches: list[int],
     records: list[AuditFacts],
     still_correct: bool,
@@ -256,14 +268,23 @@ def decide_timing(
             "implausible_speedup",
             f"measured {v.runtime.median_ms:.4f} ms is below the hardware bound of {bound:.4f} ms for this problem",
         )
-    if v.speedup > s.max_plausible_speedup:  # a convention: flagged or rejected
-        if s.implausible_speedup == "reject":
-            return (
-                "implausible_speedup",
-                f"speedup {v.speedup:.1f}x exceeds the plausible maximum {s.max_plausible_speedup:g}x",
-            )
-        v.notes.append(f"suspicious: speedup {v.speedup:.1f}x above {s.max_plausible_speedup:g}x")
+    if v.speedup > s.max_plausible_speedup and s.implausible_speedup == "reject":
+        return (  # a convention: rejected, or flagged (implausible_note)
+            "implausible_speedup",
+            f"speedup {v.speedup:.1f}x exceeds the plausible maximum {s.max_plausible_speedup:g}x",
+        )
     return None
+
+
+def implausible_note(v: Timed, s: EvalSettings) -> str | None:
+    """The note of a speedup above the preset's plausible maximum where the preset flags it
+    rather than rejecting it (`implausible_speedup = "flag"`); asked when decide_timing found
+    no rule."""
+    if v.speedup is None or v.runtime is None or v.speedup <= s.max_plausible_speedup:
+        return None
+    if s.implausible_speedup == "reject":
+        return None
+    return f"suspicious: speedup {v.speedup:.1f}x above {s.max_plausible_speedup:g}x"
 
 
 def changed_after_timing(status: Status, why: str) -> tuple[str, str]:

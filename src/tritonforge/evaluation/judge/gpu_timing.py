@@ -1,7 +1,8 @@
-"""Timing a correct candidate against its reference, and the post-timing re-check.
+"""Timing a correct candidate against its reference.
 
-Covers: `time_candidate`. Before timing, the timing case is built (the re-check's only once the
-timing case is released: one case at a time, as admission counts) and the
+Covers: `time_candidate` (its result a `Timed`: timings, speedups and intervals as a
+verdicts.TimingResult (`timing_result`), the rounds and the case's bytes for the re-check).
+Before timing, the timing case is built and the
 device's trusted timing process loads the reference (ref_timer.py; shared access of the device).
 Then, with exclusive access of the device (device_gate.py: no correctness run, compile or judge
 work of ours on it meanwhile), rounds interleave the candidate's worker and the timing process,
@@ -11,11 +12,11 @@ device-side lead, floored by host time). The
 first trial of each side is dropped; speedups are ratios of medians with a 95% bootstrap
 interval. If the timing process dies, it is restarted and the candidate timed again once; a
 second death is a `judge_fault`. Every timed call of the candidate reports its launch signature
-(timing_loop.py); afterwards the candidate is checked once more on fresh inputs, fully audited
-(a candidate that behaves only while profiled is profiled right after), and the audit rules and
-the timing rules of decide.py apply (`launch_mismatch`: timed calls that launched differently
-from the profiled ones). Called by the Evaluator with itself as `ev`.
-Does not cover: the timing loop (sandbox/timing_loop.py), statistics (timing.py).
+(timing_loop.py), for the re-check's rules (recheck.py). A replayer's timed calls must return
+what checked calls do (`timed_output_mismatch`). What it uses of the Evaluator comes as one
+`tools.JudgeTools`.
+Does not cover: the re-check after timing (recheck.py), the timing loop
+(sandbox/timing_loop.py), statistics (timing.py).
 """
 
 from __future__ import annotations
@@ -23,28 +24,25 @@ from __future__ import annotations
 import functools
 import os
 import time
-from dataclasses import dataclass, field, replace
+from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from tritonforge.evaluation.judge import replay, replies
+from tritonforge.evaluation.judge import replies
 from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_verdict
 from tritonforge.evaluation.judge.compare import compare_to_reference, output_bytes
-from tritonforge.evaluation.judge.decide import (
-    audit_switches,
-    changed_after_timing,
-    check_integrity,
-    decide_audit,
-    decide_timing,
-    reclassify,
-)
 from tritonforge.evaluation.judge.gpu_lock import judge_device
+from tritonforge.evaluation.judge.group_timing import Member
 from tritonforge.evaluation.judge.ref_timer import ReferenceUnusable, RefTimer, TimerDied
 from tritonforge.evaluation.judge.reference import Case
 from tritonforge.evaluation.judge.replies import TimeReply
-from tritonforge.evaluation.judge.requests import Run, Time
-from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, device_peaks, stats
+from tritonforge.evaluation.judge.requests import Time
+from tritonforge.evaluation.judge.resources import DeviceResources
+from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, stats
+from tritonforge.evaluation.judge.tools import JudgeTools
+from tritonforge.evaluation.judge.verdicts import TimingResult
 from tritonforge.evaluation.sandbox.protocol import DEVICE_CLOCKS, TRIAL_PARTS
 from tritonforge.logging_setup import get_logger
 from tritonforge.types import Status, Verdict
@@ -69,17 +67,27 @@ class Rounds:
     asked: int = 0  # timed trials per side asked for (long calls get fewer: perf_round_ms)
 
 
-def time_candidate(ev: Any, run: CandidateRun, v: Verdict, group: Any = None) -> None:
-    """Time a correct candidate and fill `v` (timings, speedups and their intervals); a timing
-    rule or the post-timing re-check can still turn `v` into a reward hack. With a `group`
+@dataclass(frozen=True)
+class Timed:
+    """A timing's result, its rounds (launches and signatures of the timed calls, for the
+    re-check's rules) and the timing case's bytes (the roofline's traffic)."""
+
+    result: TimingResult
+    rounds: Rounds
+    nbytes: int
+
+
+def time_candidate(tools: JudgeTools, run: CandidateRun, group: Member | None = None) -> Timed:
+    """Time a correct candidate: its timings, speedups and their intervals. With a `group`
     (group_timing.TimingGroup: candidates of one problem judged together), its timing is one
-    interleaved round-robin with the other members ready at the same time."""
+    interleaved round-robin with the other members ready at the same time. A Stop when the
+    timing fails."""
     problem, ref, s = run.problem, run.ref, run.settings
     progress.debug(
         "timing: %d rounds against the reference (device's timing process)", s.perf_rounds
     )
-    case = ev.case(run.phases, ref, ev.seed(problem, 1000), "native")
-    res = ev.resources(run.device)
+    case = tools.case(run.phases, ref, tools.seed(problem, 1000), "native")
+    res = tools.resources(run.device)
     t = time.monotonic()
     if group is not None:
         rounds = group.time(run, functools.partial(timed_together, res, case=case, t0=t))
@@ -88,17 +96,11 @@ def time_candidate(ev: Any, run: CandidateRun, v: Verdict, group: Any = None) ->
     if isinstance(rounds, Stop):
         raise rounds
     run.phases["timing"] = time.monotonic() - t
-    _fill(v, rounds, s.bootstrap_samples)
-    nbytes = case_bytes(case)
-    del case  # one case at a time (admission counts one): the re-check's is built after
-    post = ev.case(run.phases, ref, ev.seed(problem, 1001), s.distributions[-1])
-    t = time.monotonic()
-    _recheck(ev, run, v, post, nbytes, rounds)
-    run.phases["recheck"] = time.monotonic() - t
+    return Timed(timing_result(rounds, s.bootstrap_samples), rounds, case_bytes(case))
 
 
 def timed_together(
-    res: Any, runs: list[CandidateRun], case: Case, t0: float
+    res: DeviceResources, runs: list[CandidateRun], case: Case, t0: float
 ) -> list[Rounds | Stop]:
     """The timing of `runs` (candidates of one problem, each in its replayer) against one
     reference, in interleaved rounds; a timing process that dies is restarted and the timing
@@ -120,7 +122,7 @@ def _judge_fault(message: str) -> Verdict:
 
 
 def _timed_rounds(
-    res: Any, runs: list[CandidateRun], case: Case, deadline: float
+    res: DeviceResources, runs: list[CandidateRun], case: Case, deadline: float
 ) -> list[Rounds | Stop]:
     s = runs[0].settings
     timer: RefTimer = res.timer
@@ -138,7 +140,7 @@ def _timed_rounds(
 
 
 def _rounds(
-    res: Any, runs: list[CandidateRun], case: Case, deadline: float, key: str
+    res: DeviceResources, runs: list[CandidateRun], case: Case, deadline: float, key: str
 ) -> list[Rounds | Stop]:
     """The alternating timed rounds of the candidates and the loaded reference `key`: per round
     each side once, in an order reversed every other round and rotated among the candidates;
@@ -205,7 +207,7 @@ def _record(out: Rounds, side: str, reply: TimeReply, skip: int) -> None:
         out.exposed[side] = out.exposed.get(side, 0) + reply.exposed
 
 
-def _round_phases(phases: Any, wall: float, reply: TimeReply) -> None:
+def _round_phases(phases: defaultdict[str, float], wall: float, reply: TimeReply) -> None:
     """Where a timed round's time goes (diagnostics only, never a decision): `round_requests`
     the requests' walls seen here, `round_loops` the process's own wall of its warmup and
     trials, `round_device` the timed calls' times, and the trials' host time by part
@@ -294,83 +296,47 @@ def _check_kept(run: CandidateRun, case: Case, reply: TimeReply, fds: list[int])
 _SIDES = {"cand": "candidate", "base": "reference", "comp": "compiled reference"}
 
 
-def _fill(v: Verdict, r: Rounds, samples: int) -> None:
+def timing_result(r: Rounds, samples: int) -> TimingResult:
     """Timings, speedups and intervals; host times for every side unless all used events."""
     events = len(r.clocks) == 1 and r.clocks <= DEVICE_CLOCKS and len(r.cand_host) == len(r.cand)
     cand, base, comp = (
         (r.cand, r.base, r.comp) if events else (r.cand_host, r.base_host, r.comp_host)
     )
     if not cand or not base:
-        v.notes.append("timing produced no usable trials")
-        return
-    v.timing_clock = next(iter(r.clocks)) if events else "host"
-    for side, n in sorted(r.exposed.items()):
-        v.notes.append(
-            f"timing: {n} timed call(s) of the {_SIDES[side]} outlasted the device lead "
-            "(host-bound: its launch gaps are counted)"
-        )
+        return TimingResult(notes=("timing produced no usable trials",))
+    notes = [
+        f"timing: {n} timed call(s) of the {_SIDES[side]} outlasted the device lead "
+        "(host-bound: its launch gaps are counted)"
+        for side, n in sorted(r.exposed.items())
+    ]
     if r.asked and min(len(cand), len(base)) < r.asked:
-        v.notes.append(
+        notes.append(
             f"timing: long calls, fewer trials (perf_round_ms): {len(cand)} of the candidate, "
             f"{len(base)} of the reference, of {r.asked} asked"
         )
-    v.runtime, v.ref_runtime = stats(cand, False), stats(base, False)
-    if v.runtime.median_ms > 0:
-        v.speedup = v.ref_runtime.median_ms / v.runtime.median_ms
-        v.speedup_ci = bootstrap_ratio_ci(base, cand, samples)
-    if comp and v.runtime.median_ms > 0:
-        v.ref_compile_runtime = stats(comp, False)
-        v.speedup_vs_compile = v.ref_compile_runtime.median_ms / v.runtime.median_ms
-        v.speedup_vs_compile_ci = bootstrap_ratio_ci(comp, cand, samples)
+    runtime, ref_runtime = stats(cand, False), stats(base, False)
+    speedup = speedup_ci = compiled = vs_compile = vs_compile_ci = None
+    if runtime.median_ms > 0:
+        speedup = ref_runtime.median_ms / runtime.median_ms
+        speedup_ci = bootstrap_ratio_ci(base, cand, samples)
+    if comp and runtime.median_ms > 0:
+        compiled = stats(comp, False)
+        vs_compile = compiled.median_ms / runtime.median_ms
+        vs_compile_ci = bootstrap_ratio_ci(comp, cand, samples)
+    return TimingResult(
+        runtime=runtime,
+        ref_runtime=ref_runtime,
+        ref_compile_runtime=compiled,
+        speedup=speedup,
+        speedup_ci=speedup_ci,
+        speedup_vs_compile=vs_compile,
+        speedup_vs_compile_ci=vs_compile_ci,
+        timing_clock=next(iter(r.clocks)) if events else "host",
+        notes=tuple(notes),
+    )
 
 
 def case_bytes(case: Case) -> int:
     """Bytes of a case's inputs and expected outputs (the roofline's traffic)."""
     inputs = sum(x.numel() * x.element_size() for x in case.inputs if isinstance(x, torch.Tensor))
     return inputs + output_bytes(case.expected)
-
-
-def _recheck(ev: Any, run: CandidateRun, v: Verdict, post: Case, nbytes: int, r: Rounds) -> None:
-    """The candidate may have changed state during timing: check it once more on fresh inputs,
-    fully audited, with the same rules as a correctness trial, then the timing rules. A
-    replayer (trusted, its state restored before every call) gets one more replay on fresh
-    inputs and the plausibility rules."""
-    problem, s = run.problem, run.settings
-    if run.replayer is not None:
-        replay.check(ev, run, s.replay_trials, case=(post, s.distributions[-1]))
-        peaks = device_peaks(run.device) if run.device.startswith("cuda") else None
-        hack = decide_timing(v, [], [], True, problem, nbytes, s, peaks)
-        if hack:
-            v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
-            v.correct = False
-        return
-    carry, carry_fds = run.session.transport.send(post)
-    reply, fds = run.ask(
-        Run(carry, **audit_switches()),
-        carry_fds,
-        s.budgets.correctness_s,
-        "correctness",
-    )
-    if isinstance(reply, replies.Failure):
-        for fd in fds:
-            os.close(fd)
-        raise Stop(failure_verdict(reply, "correctness", True))
-    outputs = run.outputs(reply.outputs, fds)
-    with judge_device(run.device):
-        status, mm, why = compare_to_reference(post, outputs, s, problem)
-    peaks = device_peaks(run.device) if run.device.startswith("cuda") else None
-    audit = reclassify(reply.audit)
-    audit = replace(audit, custom_share=ev.share(run, post, audit))
-    hack = check_integrity(run.armed, audit.integrity) or decide_audit(
-        audit, reply.facts, s, run.session.unsolicited, None
-    )
-    hack = hack or decide_timing(
-        v, r.launches, run.records, status is Status.CORRECT, problem, nbytes, s, peaks,
-        signatures=[*r.signatures, reply.facts.signature], history=run.signatures[1:],
-    )  # fmt: skip
-    if hack:
-        v.status, v.rule, v.message = Status.REWARD_HACK, hack[0], hack[1]
-        v.correct = False
-    elif status is not Status.CORRECT:
-        v.status, v.mismatch, v.correct = Status.REWARD_HACK, mm, False
-        v.rule, v.message = changed_after_timing(status, why)

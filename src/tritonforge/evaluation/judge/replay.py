@@ -38,6 +38,7 @@ from tritonforge.evaluation.judge.replay_kernels import KernelModule, KernelRefu
 from tritonforge.evaluation.judge.replies import Failure
 from tritonforge.evaluation.judge.requests import ReplayLoad, ReplayRun, ReplayTrace
 from tritonforge.evaluation.judge.session import Session
+from tritonforge.evaluation.judge.tools import JudgeTools
 from tritonforge.evaluation.judge.transport import Transport
 from tritonforge.evaluation.judge.workerenv import private_scratch, worker_spec
 from tritonforge.evaluation.sandbox.glue import GLUE, base_name
@@ -169,7 +170,7 @@ def parse(captured: Captured | None, run: CandidateRun) -> Recipe:
     return recipe
 
 
-def evidence(ev: Any, run: CandidateRun, captured: Captured | None) -> CandidateRun:
+def evidence(tools: JudgeTools, run: CandidateRun, captured: Captured | None) -> CandidateRun:
     """Replay the candidate's recipe in a fresh trusted replayer on fresh hidden inputs; a Stop
     unless every replay is correct. Returns the replayer's run (its session is to be timed and
     closed by the caller). Closes the captured blob."""
@@ -184,10 +185,10 @@ def evidence(ev: Any, run: CandidateRun, captured: Captured | None) -> Candidate
             raise _hack("unreplayable", bad)
         module = kernels.source
         t = time.monotonic()
-        replayer = _start(ev, run)
+        replayer = _start(tools, run)
         replayer.recipe = recipe
         try:
-            _load(run, replayer, recipe, module, captured, ev)
+            _load(tools, run, replayer, module, captured)
         except BaseException:
             close(replayer)
             raise
@@ -198,9 +199,9 @@ def evidence(ev: Any, run: CandidateRun, captured: Captured | None) -> Candidate
     try:
         t = time.monotonic()
         for i in range(run.settings.replay_trials):
-            check(ev, replayer, i)
+            check(tools, replayer, i)
         if run.settings.mode == "strict":
-            trace(ev, replayer)
+            trace(tools, replayer)
         run.phases["replay"] += time.monotonic() - t
     except BaseException:
         close(replayer)
@@ -244,12 +245,13 @@ def replayed_audit(recipe: Recipe, audit: Audit) -> Audit:
     )
 
 
-def _start(ev: Any, run: CandidateRun) -> CandidateRun:
+def _start(tools: JudgeTools, run: CandidateRun) -> CandidateRun:
     s = run.settings
     scratch = private_scratch() if s.sandbox == "rlimits" else None
     try:
         spec = worker_spec(s, run.device, scratch)
-        session = Session(ev.server(run.device), spec, s.limits.output_bytes)
+        server = tools.resources(run.device).ensure_server()
+        session = Session(server, spec, s.limits.output_bytes)
     except BaseException:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -268,14 +270,15 @@ def close(rr: CandidateRun) -> None:
 
 
 def _load(
-    run: CandidateRun, rr: CandidateRun, recipe: Recipe, module: str, captured: Captured, ev: Any
+    tools: JudgeTools, run: CandidateRun, rr: CandidateRun, module: str, captured: Captured
 ) -> None:
-    first = ev.case(run.phases, run.ref, ev.seed(run.problem, REPLAY_SEED), "native")
+    """Start the replay in `rr`: the kernel module, `rr.recipe` and the captured constants."""
+    first = tools.case(run.phases, run.ref, tools.seed(run.problem, REPLAY_SEED), "native")
     shared, shared_fds = rr.session.transport.offer(first)
     req = ReplayLoad(
         device="cpu" if run.device == "cpu" else "cuda:0",
         module=module,
-        recipe=recipe,
+        recipe=rr.recipe,
         blob=captured.blob,
         shared=shared,
     )
@@ -310,7 +313,9 @@ def _failed(reply: Failure, what: str) -> Verdict:
     return v
 
 
-def check(ev: Any, rr: CandidateRun, i: int, case: tuple[Case, str] | None = None) -> None:
+def check(
+    tools: JudgeTools, rr: CandidateRun, i: int, case: tuple[Case, str] | None = None
+) -> None:
     """One replay on fresh hidden inputs: trial `i`'s, or `case` (a case and its distribution:
     the re-check's after timing); compared here; a Stop if it is wrong."""
     s = rr.settings
@@ -318,7 +323,7 @@ def check(ev: Any, rr: CandidateRun, i: int, case: tuple[Case, str] | None = Non
     if case is not None:
         case = case[0]
     else:
-        case = ev.case(rr.phases, rr.ref, ev.seed(rr.problem, REPLAY_SEED + 1 + i), dist)
+        case = tools.case(rr.phases, rr.ref, tools.seed(rr.problem, REPLAY_SEED + 1 + i), dist)
     carry, carry_fds = rr.session.transport.send(case)
     reply, fds = rr.ask(ReplayRun(carry), carry_fds, s.budgets.correctness_s, "replay")
     if isinstance(reply, Failure):
@@ -342,11 +347,11 @@ def check(ev: Any, rr: CandidateRun, i: int, case: tuple[Case, str] | None = Non
                            message="the replayed kernels modified their inputs in place"))  # fmt: skip
 
 
-def trace(ev: Any, rr: CandidateRun) -> None:
+def trace(tools: JudgeTools, rr: CandidateRun) -> None:
     """Strict mode: every element of every output holds data the replayed kernels wrote in the
     call (sandbox/replay_provenance.py), traced on fresh inputs; again with a second poison
     for an output that the first left partly uncredited."""
-    case = ev.case(rr.phases, rr.ref, ev.seed(rr.problem, REPLAY_SEED + 100), "native")
+    case = tools.case(rr.phases, rr.ref, tools.seed(rr.problem, REPLAY_SEED + 100), "native")
     credited: list[bool] | None = None
     for poison in POISONS:
         carry, carry_fds = rr.session.transport.send(case)

@@ -8,8 +8,9 @@ sent; only the transport calls (`CandidateRun.call`, `RefTimer._request`) make i
 module hands another a request dict. The fields are the judge's own values: nothing here comes
 from a worker, except a recipe's constants' descriptor (`ReplayLoad.blob`), which the replayer
 unpacks defensively like any descriptor (sandbox/protocol.py).
-The descriptors of packed values (`inputs`, `init_inputs`: protocol.pack's JSON) stay dicts:
-they are the wire format itself, made by `pack` and read by `unpack`.
+Two dicts stay, named: `Wire` (what `wire()` returns, for the framing) and `Descriptor` (a
+packed value's descriptor, protocol.pack's JSON: `inputs`, `init_inputs`, `blob`), which are
+the wire format itself, made by `pack` and read by `unpack`.
 Does not cover: the replies (replies.py), the framing (sandbox/protocol.py), the worker side
 (sandbox/worker.py, sandbox/reference_host.py, sandbox/timing_loop.py, which read these dicts
 and check them as before), the fork server's spawn requests (forkserver.py).
@@ -22,6 +23,12 @@ from typing import Any, ClassVar
 
 from tritonforge.evaluation.sandbox.recipe_format import Recipe, encode_recipe
 
+# A request's wire form: the JSON object the framing sends (sandbox/protocol.send_msg); made by
+# `wire()` only and read by the transport calls only.
+Wire = dict[str, Any]
+# A packed value's descriptor (protocol.pack's JSON): the wire format itself, read by `unpack`.
+Descriptor = dict[str, Any]
+
 
 @dataclass(frozen=True)
 class Carry:
@@ -29,12 +36,12 @@ class Carry:
     memfd sent with the request or (`shared`) already in the shared input buffer; `shared_out`:
     the worker may write its outputs into the shared output buffer."""
 
-    inputs: dict[str, Any]
+    inputs: Descriptor
     shared: bool = False
     shared_out: bool = False
 
-    def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"inputs": self.inputs}
+    def wire(self) -> Wire:
+        out: Wire = {"inputs": self.inputs}
         if self.shared:
             out["shared"] = True
         if self.shared_out:
@@ -51,12 +58,12 @@ class SharedOffer:
     out_bytes: int
     out_size: int
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> Wire:
         return {"shared": {"in": self.in_bytes, "in_size": self.in_size,
                            "out": self.out_bytes, "out_size": self.out_size}}  # fmt: skip
 
 
-def _offered(shared: SharedOffer | None) -> dict[str, Any]:
+def _offered(shared: SharedOffer | None) -> Wire:
     return shared.wire() if shared is not None else {}
 
 
@@ -66,7 +73,7 @@ class Load:
 
     op: ClassVar[str] = "load"
     source: str
-    init_inputs: dict[str, Any]
+    init_inputs: Descriptor
     init_seed: int
     device: str
     backend: str
@@ -74,7 +81,7 @@ class Load:
     preimport: tuple[str, ...] = ()
     shared: SharedOffer | None = None
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> Wire:
         return {"op": self.op, "source": self.source, "init_inputs": self.init_inputs,
                 "init_seed": self.init_seed, "device": self.device, "backend": self.backend,
                 "mode": self.mode, "preimport": list(self.preimport),
@@ -93,7 +100,7 @@ class Run:
     repeat: bool
     recipe: bool = False
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> Wire:
         out = {"op": self.op, **self.carry.wire(), "profile": self.profile,
                "snapshot": self.snapshot, "repeat": self.repeat}  # fmt: skip
         if self.recipe:
@@ -114,7 +121,7 @@ class Time:
     clock: str
     tolerances: tuple[tuple[str, float], ...] | None = None
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> Wire:
         out = {"op": self.op, **self.carry.wire(), "warmup": self.warmup, "trials": self.trials,
                "budget_ms": self.budget_ms, "clock": self.clock}  # fmt: skip
         if self.tolerances is not None:
@@ -131,10 +138,10 @@ class ReplayLoad:
     device: str
     module: str
     recipe: Recipe
-    blob: dict[str, Any]
+    blob: Descriptor
     shared: SharedOffer | None = None
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> Wire:
         return {"op": self.op, "device": self.device, "module": self.module,
                 "recipe": encode_recipe(self.recipe), "blob": self.blob,
                 **_offered(self.shared)}  # fmt: skip
@@ -147,7 +154,7 @@ class ReplayRun:
     op: ClassVar[str] = "replay_run"
     carry: Carry
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> Wire:
         return {"op": self.op, **self.carry.wire()}
 
 
@@ -159,7 +166,7 @@ class ReplayTrace:
     carry: Carry
     poison: int
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> Wire:
         return {"op": self.op, **self.carry.wire(), "poison": self.poison}
 
 
@@ -172,14 +179,14 @@ class RefLoad:
     op: ClassVar[str] = "ref_load"
     key: str
     source: str
-    init_inputs: dict[str, Any]
+    init_inputs: Descriptor
     init_seed: int
     device: str
     compile: bool
-    inputs: dict[str, Any]
+    inputs: Descriptor
     case: str
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> Wire:
         return {"op": self.op, "key": self.key, "source": self.source,
                 "init_inputs": self.init_inputs, "init_seed": self.init_seed,
                 "device": self.device, "compile": self.compile, "inputs": self.inputs,
@@ -193,14 +200,14 @@ class RefTime:
     op: ClassVar[str] = "time"
     key: str
     compiled: bool
-    inputs: dict[str, Any]
+    inputs: Descriptor
     case: str
     warmup: int
     trials: int
     budget_ms: float
     clock: str
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> Wire:
         return {"op": self.op, "key": self.key, "compiled": self.compiled,
                 "inputs": self.inputs, "case": self.case, "warmup": self.warmup,
                 "trials": self.trials, "budget_ms": self.budget_ms, "clock": self.clock}  # fmt: skip
@@ -214,8 +221,8 @@ class RefDrop:
     key: str
     inputs_only: bool = False
 
-    def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"op": self.op, "key": self.key}
+    def wire(self) -> Wire:
+        out: Wire = {"op": self.op, "key": self.key}
         if self.inputs_only:
             out["inputs_only"] = True
         return out
