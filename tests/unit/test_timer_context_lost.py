@@ -10,12 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tritonforge.evaluation.judge.admission import JudgeOutOfMemory
-from tritonforge.evaluation.judge.ref_timer import (
-    ReferenceUnusable,
-    RefTimer,
-    TimerDied,
-    context_lost,
-)
+from tritonforge.evaluation.judge.ref_timer import RefTimer
+from tritonforge.evaluation.judge.timer_replies import ReferenceUnusable, TimerDied, context_lost
 
 ILLEGAL = {
     "ok": False,

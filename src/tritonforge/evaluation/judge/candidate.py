@@ -27,10 +27,12 @@ from tritonforge.evaluation.judge.admission import JudgeOutOfMemory, gib
 from tritonforge.evaluation.judge.budget import LoadAwareBudget, Starved
 from tritonforge.evaluation.judge.constant import OutputTrace
 from tritonforge.evaluation.judge.device_gate import gate
+from tritonforge.evaluation.judge.group_timing import Member
 from tritonforge.evaluation.judge.reference import Reference
 from tritonforge.evaluation.judge.requests import WorkerRequest
 from tritonforge.evaluation.judge.session import Session, describe_exit
 from tritonforge.evaluation.sandbox.protocol import Deadline, PeerClosed, ProtocolError
+from tritonforge.evaluation.sandbox.recipe_format import Recipe
 from tritonforge.types import Problem, Status, Verdict
 
 # what a worker that died of device memory outside a guarded request leaves on stderr
@@ -68,9 +70,9 @@ class CandidateRun:
     waited: float = 0.0  # seconds spent waiting for the device's gate (not the candidate's time)
     trace: OutputTrace = field(default_factory=OutputTrace)  # outputs' fingerprints per trial
     replayer: CandidateRun | None = None  # the trusted replayer, once the replay passed
-    recipe: Any = None  # a replayer's: the parsed recipe it runs (recipe_format.Recipe)
+    recipe: Recipe | None = None  # a replayer's: the parsed recipe it runs
     scratch: str | None = None  # a replayer's private scratch directory (rlimits sandbox)
-    timing_member: Any = None  # group_timing.Member when judged with its group
+    timing_member: Member | None = None  # when judged with its group
 
     def ask(
         self,

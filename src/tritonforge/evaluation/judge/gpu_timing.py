@@ -35,11 +35,12 @@ from tritonforge.evaluation.judge.candidate import CandidateRun, Stop, failure_v
 from tritonforge.evaluation.judge.compare import compare_to_reference, output_bytes
 from tritonforge.evaluation.judge.gpu_lock import judge_device
 from tritonforge.evaluation.judge.group_timing import Member
-from tritonforge.evaluation.judge.ref_timer import ReferenceUnusable, RefTimer, TimerDied
+from tritonforge.evaluation.judge.ref_timer import RefTimer
 from tritonforge.evaluation.judge.reference import Case
 from tritonforge.evaluation.judge.replies import TimeReply
 from tritonforge.evaluation.judge.requests import Time
 from tritonforge.evaluation.judge.resources import DeviceResources
+from tritonforge.evaluation.judge.timer_replies import ReferenceUnusable, TimerDied
 from tritonforge.evaluation.judge.timing import bootstrap_ratio_ci, stats
 from tritonforge.evaluation.judge.tools import JudgeTools
 from tritonforge.evaluation.judge.verdicts import TimingResult

@@ -27,7 +27,6 @@ from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from tritonforge.evaluation.judge import replies
 from tritonforge.evaluation.judge.admission import (
     L2_FLUSH_BYTES,
     JudgeOutOfMemory,
@@ -38,6 +37,7 @@ from tritonforge.evaluation.judge.reference import INIT_SEED, Case, Reference
 from tritonforge.evaluation.judge.replies import TimeReply
 from tritonforge.evaluation.judge.requests import RefDrop, RefLoad, RefTime, TimerRequest
 from tritonforge.evaluation.judge.session import Session, describe_exit
+from tritonforge.evaluation.judge.timer_replies import TimerDied, context_lost, failed, parse_time
 from tritonforge.evaluation.judge.timer_weights import offer
 from tritonforge.evaluation.judge.transport import Parcel, export_inputs, shared_parcel
 from tritonforge.evaluation.sandbox.devshare import DevShareError
@@ -47,14 +47,6 @@ from tritonforge.logging_setup import get_logger
 log = get_logger("evaluation.ref_timer")
 MAX_ENTRIES = 8
 TIMER_CPU_SECONDS = 10**7  # trusted and long-lived: the candidates' CPU-time cap does not apply
-
-
-class TimerDied(Exception):
-    """The timing process ended or stopped answering: the judge's problem, not the candidate's."""
-
-
-class ReferenceUnusable(Exception):
-    """The reference could not be loaded or run in the timing process (its message says why)."""
 
 
 def timer_key(ref: Reference) -> str:
@@ -209,16 +201,9 @@ class RefTimer:
         """The `ref_load` request (caller holds the lock): the init inputs, the judge's weights
         (timer_weights.py: the process need not build them again) and the case's inputs."""
         init_desc, init_fd = pack(ref.init_inputs)
-        req = RefLoad(
-            key=timer_key(ref),
-            source=ref.problem.reference_src,
-            init_inputs=init_desc,
-            init_seed=INIT_SEED,
-            device="cpu" if self.device == "cpu" else "cuda:0",
-            compile=compile_baseline,
-            inputs=case.desc,
-            case=case.ident,
-        )
+        device = "cpu" if self.device == "cpu" else "cuda:0"
+        req = RefLoad(timer_key(ref), ref.problem.reference_src, init_desc, INIT_SEED, device,
+                      compile_baseline, case.desc, case.ident)  # fmt: skip
 
         def lead() -> Parcel:
             first = Parcel({}, [os.dup(init_fd)])
@@ -340,7 +325,7 @@ class RefTimer:
             why = f"{reply.get('status', 'error')}: {str(reply.get('message', ''))[:300]}"
             self._forget(f"{what}: {why}")
             raise TimerDied(f"{what}: its CUDA context broke ({why}); the process was ended")
-        _check(reply, what)
+        failed(reply, what)
 
     def _drop_oldest(self) -> bool:
         """Drop the least recently used reference not in use; False when there is none."""
@@ -385,41 +370,3 @@ class RefTimer:
 def _shared_inputs(device: str, case: Case) -> Parcel:
     """`case`'s inputs in a new shared device buffer, which the process keeps as its inputs."""
     return shared_parcel(device, export_inputs(device, case), lambda sh: {"shared_inputs": sh})
-
-
-# CUDA errors after which a context is of no further use (the driver reports them on every call)
-# (not "device-side assert" alone: torch appends "... to enable device-side assertions" to
-# every CUDA error it raises)
-STICKY = ("illegal memory access", "unspecified launch failure", "misaligned address",
-          "illegal instruction", "device-side assert triggered", "hardware stack error")  # fmt: skip
-
-
-def context_lost(reply: dict[str, Any]) -> bool:
-    """A failed reply of the timing process telling of a broken CUDA context (out of memory,
-    which the process reports with its figures, never is)."""
-    if isinstance(reply.get("memory"), dict):
-        return False
-    message = str(reply.get("message", "")).lower()
-    return reply.get("status") == "illegal_memory_access" or any(m in message for m in STICKY)
-
-
-def parse_time(raw: dict[str, Any]) -> TimeReply:
-    """The timing process's `time` reply as a record; one that does not parse is the judge's
-    fault (TimerDied: the timing is tried again in a new process)."""
-    try:
-        reply = replies.parse("time", raw)
-    except replies.ReplyError as exc:
-        raise TimerDied(f"the timing process's reply does not parse: {exc}") from None
-    if isinstance(reply, replies.Failure):  # (raised for failures already: `_check`)
-        raise TimerDied(f"the timing process failed: {reply.message[:300]}")
-    return reply
-
-
-def _check(reply: dict[str, Any], what: str) -> None:
-    """Raise for a failed reply: out of device memory is the judge's (JudgeOutOfMemory)."""
-    if reply.get("ok"):
-        return
-    why = str(reply.get("message", ""))[:2000]
-    if isinstance(reply.get("memory"), dict):
-        raise JudgeOutOfMemory(what, RuntimeError(why))
-    raise ReferenceUnusable(f"{what}: {reply.get('status', 'error')}: {why}")
