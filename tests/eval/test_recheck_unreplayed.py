@@ -4,8 +4,8 @@ Only the CUDA C++ backend is timed in its own process and re-checked there (rech
 branch: `trials.judge_trial` with no launch history, then the timing rules, wrong outputs now
 `changed_after_timing`); the Evaluator refuses that backend on the CPU. Here the admitted phases
 are called directly (`phases.judge_admitted`, below that refusal) with `backend = "cuda"` settings
-and Triton candidates, so the branch runs with real workers and the real timing process (the
-timing path on the CPU: its numbers mean nothing). Call counts follow `hc.cpu_timing_settings`:
+and Triton candidates (helpers/timed_kernels.py), so the branch runs with real workers and the
+real timing process (the timing path on the CPU: its numbers mean nothing). Call counts follow `hc.cpu_timing_settings`:
 calls 1-3 correctness, 4-13 the two timing rounds, 14 the re-check.
 Does not cover: the CUDA backend itself (tests/gpu/test_cuda_backend_gpu.py), the replayed
 re-check (test_timed_audit.py, test_replay.py).
@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 import helpers.hack_corpus as hc
+from helpers import timed_kernels
 from tritonforge.config.eval import EvalSettings
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.evaluation.judge.phases import Job, judge_admitted
@@ -29,71 +30,9 @@ from tritonforge.types import Problem, Status, Verdict
 
 pytestmark = pytest.mark.slow
 
-KERNEL = """
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        out = torch.empty_like(x)
-        n = x.numel()
-        block = BLOCK_WHEN if TIMED else 1024
-        relu_kernel[(triton.cdiv(n, block),)](x, out, n, BLOCK=block)
-        return RESULT
-"""
-# a call counter in device memory: the re-check's call (the 14th) computes zeros, with the same
+# the counter in device memory: the re-check's call (the 14th) computes zeros, with the same
 # launches as every other call
-COUNTED = """
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_counted(x_ptr, out_ptr, count_ptr, n, BLOCK: tl.constexpr):
-    calls = tl.load(count_ptr)
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    y = tl.where(calls < 13, tl.maximum(x, 0.0), 0.0)
-    tl.store(out_ptr + offs, y, mask=mask)
-    tl.store(count_ptr, calls + 1, mask=tl.program_id(0) == 0)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.count = torch.zeros(1, dtype=torch.int32)
-
-    def forward(self, x):
-        out = torch.empty_like(x)
-        n = x.numel()
-        relu_counted[(triton.cdiv(n, 1 << 20),)](x, out, self.count.to(x.device), n, BLOCK=1 << 20)
-        return out
-"""
-
-
-def _kernel(timed: str = "False", block: int = 1024, result: str = "out") -> str:
-    """KERNEL launching with `block` and returning `result` in the calls where `timed` holds."""
-    source = KERNEL.replace("RESULT", result).replace("BLOCK_WHEN", str(block))
-    return source.replace("TIMED", timed)
+COUNTED = timed_kernels.counted(13)
 
 
 def _settings(mode: str = "strict") -> EvalSettings:
@@ -119,7 +58,7 @@ def _judge(ev: Evaluator, problem: Problem, source: str, s: EvalSettings) -> Ver
 
 
 def test_an_honest_candidate_is_timed_in_its_own_process_and_accepted(ev, relu) -> None:
-    v = _judge(ev, relu, _kernel(), _settings())
+    v = _judge(ev, relu, timed_kernels.relu(), _settings())
     assert v.status is Status.CORRECT, v.message
     assert NOT_REPLAYED in v.notes and v.notes[-1] == CPU_TIMED
     assert v.runtime is not None and v.speedup is not None
@@ -130,12 +69,12 @@ def test_wrong_outputs_after_the_timing_are_changed_after_timing(ev, relu) -> No
     v = _judge(ev, relu, COUNTED, _settings())
     assert v.status is Status.REWARD_HACK and v.rule == "changed_after_timing", v.message
     assert v.phase is None and v.mismatch is not None and v.runtime is not None
-    assert v.trials_passed == v.trials_total == 2 and not v.correct
+    assert v.trials_passed == v.trials_total == 2
     assert "wrong on fresh inputs right after the timing loop" in v.message
 
 
 def test_timed_calls_that_launch_differently_are_launch_mismatch(ev, relu) -> None:
-    v = _judge(ev, relu, _kernel("4 <= self.calls <= 13", block=256), _settings())
+    v = _judge(ev, relu, timed_kernels.relu("4 <= self.calls <= 13", block=256), _settings())
     assert v.status is Status.REWARD_HACK and v.rule == "launch_mismatch", v.message
     # the 8 timed calls (the warmups are not compared) launched with 256, the re-check's with 1024
     assert v.message.startswith("8 of 9 timed calls launched different kernels"), v.message
@@ -143,7 +82,7 @@ def test_timed_calls_that_launch_differently_are_launch_mismatch(ev, relu) -> No
 
 def test_the_audit_rules_apply_to_the_recheck_call(ev, relu) -> None:
     """Only the re-check's call computes in PyTorch: strict's audit rule, from judge_trial."""
-    source = _kernel("self.calls >= 14", result="torch.relu(x) if TIMED else out")
+    source = timed_kernels.relu("self.calls >= 14", result="torch.relu(x)")
     v = _judge(ev, relu, source, _settings())
     assert v.status is Status.REWARD_HACK and v.rule == "torch_compute", v.message
     assert v.runtime is not None  # timed before the re-check rejected it

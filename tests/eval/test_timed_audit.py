@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 import helpers.hack_corpus as hc
+from helpers import timed_kernels
 from tritonforge.evaluation.judge.evaluator import Evaluator
 from tritonforge.problems import load_suite
 from tritonforge.types import Problem, Status
@@ -28,46 +29,11 @@ pytestmark = pytest.mark.slow
 # calls 1-3: correctness (trial 1; trial 2's caching-check call and its audited call);
 # 4-13: the two timing rounds (warmup + 4 timed calls each); 14: the re-check after timing
 TIMED = "4 <= self.calls <= 13"
-KERNEL = """
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
-
-
-class Sub(torch.Tensor):
-    pass
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        timed = TIMED_TEST
-        out = torch.empty_like(x)
-        n = x.numel()
-        block = BLOCK_WHEN_TIMED if timed else 1024
-        relu_kernel[(triton.cdiv(n, block),)](x, out, n, BLOCK=block)
-        return out.as_subclass(Sub) if timed and SUBCLASS_WHEN_TIMED else out
-"""
 
 
 def _source(block_when_timed: int, subclass_when_timed: bool) -> str:
-    return (
-        KERNEL.replace("TIMED_TEST", TIMED)
-        .replace("BLOCK_WHEN_TIMED", str(block_when_timed))
-        .replace("SUBCLASS_WHEN_TIMED", str(subclass_when_timed))
+    return timed_kernels.relu(
+        TIMED, block_when_timed, "out.as_subclass(Sub)" if subclass_when_timed else "out"
     )
 
 
@@ -103,36 +69,7 @@ def test_a_subclass_in_unobserved_calls_changes_nothing(ev: Evaluator, relu: Pro
     assert v.runtime is not None
 
 
-COUNTER = """
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_counted(x_ptr, out_ptr, count_ptr, n, BLOCK: tl.constexpr):
-    # a call counter kept in device memory: after two calls, the kernel stops computing
-    calls = tl.load(count_ptr)
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    y = tl.where(calls < 2, tl.maximum(x, 0.0), 0.0)
-    tl.store(out_ptr + offs, y, mask=mask)
-    tl.store(count_ptr, calls + 1, mask=tl.program_id(0) == 0)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.count = torch.zeros(1, dtype=torch.int32)
-
-    def forward(self, x):
-        out = torch.empty_like(x)
-        n = x.numel()
-        relu_counted[(triton.cdiv(n, 1 << 20),)](x, out, self.count.to(x.device), n, BLOCK=1 << 20)
-        return out
-"""
+COUNTER = timed_kernels.counted(2)
 
 
 def test_state_kept_in_a_buffer_is_restored_before_every_replayed_call(
