@@ -1,7 +1,8 @@
 """Run the open attacks (manifest.toml here) and print, per case and mode, the verdict today next
 to the verdict a correct evaluator gives; timing cases also run with `USE = 0` (the same kernel
 without its shortcut) and print both speedups; `sandbox = "rlimits"` cases run in the degraded
-sandbox and print what happened to the machine. From the repository root:
+sandbox and print what happened to the machine; cases with `presets` (round r2) run under each
+named preset's own rules (EvalSettings.from_preset, device cpu) with the corpus's fast budgets. From the repository root:
 
     PYTHONPATH=$PWD/src .venv/bin/python tests/eval/corpus/attacks_open/run_open.py [FILE ...]
 """
@@ -16,10 +17,21 @@ ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import helpers.hack_corpus as hc  # noqa: E402
+from tritonforge.config.eval import EvalSettings  # noqa: E402
 from tritonforge.evaluation.judge.evaluator import Evaluator  # noqa: E402
 
 
+def preset_settings(case: dict[str, Any], preset: str) -> Any:
+    """A registered preset's rules (trials, tolerances, mode) with the corpus's fast budgets."""
+    s = EvalSettings.from_preset(preset, device="cpu")
+    fast = hc.settings_for(case, s.mode)
+    s.budgets, s.limits = fast.budgets, fast.limits
+    return s
+
+
 def settings(case: dict[str, Any], mode: str) -> Any:
+    if mode.startswith("preset:"):
+        return preset_settings(case, mode[len("preset:") :])
     if case.get("timing"):
         s = hc.cpu_timing_settings(mode=mode)
         s.limits.memory_mb = 4096
@@ -50,8 +62,13 @@ def main(names: list[str]) -> None:
             if (names and case["file"] not in names) or case.get("gpu"):
                 continue
             modes = [case.get("mode", "strict")] + (["hybrid"] if "hybrid" in case else [])
+            if "presets" in case:  # round r2: each preset's own rules
+                modes = [f"preset:{p}" for p in case["presets"]]
             for mode in modes:
                 want = (case["status"], case["rule"])
+                if mode.startswith("preset:"):
+                    status, _, rule = case["expected"][mode[len("preset:") :]].partition(":")
+                    want = (status, rule)
                 if mode == "hybrid" and case.get("hybrid") not in (None, "same"):
                     want = (case["hybrid"], case.get("hybrid_rule", ""))
                 print(f"{case['file']} [{mode}] expected {want[0]} rule={want[1] or None}")
