@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import torch  # noqa: E402
 
 from tritonforge.config.eval import DEFAULT_TOLERANCES  # noqa: E402
-from tritonforge.evaluation.judge.compare import output_scale  # noqa: E402
+from tritonforge.evaluation.judge.compare import tolerances  # noqa: E402
 from tritonforge.evaluation.judge.reference import INIT_SEED, ReferenceStore  # noqa: E402
 from tritonforge.types import Problem  # noqa: E402
 
@@ -55,12 +55,14 @@ def honest_cases() -> list[tuple[str, Problem, str]]:
     return out
 
 
-def _margin(e: torch.Tensor, g: torch.Tensor, tol: float, rule: str, noise: float) -> float:
+def _margin(
+    e: torch.Tensor, g: torch.Tensor, tol: float, rule: str, noise: float, rounding: float
+) -> float:
     if not (e.is_floating_point() or e.is_complex()):
         return 0.0 if torch.equal(e, g.to(e.device)) else float("inf")
     e64, g64 = e.double(), g.to(e.device).double()
-    scale = output_scale(e, rule, noise)
-    bound = tol * scale + tol * e64.abs()
+    a_eff, r_eff, _ = tolerances(e, tol, tol, rule, noise, rounding)
+    bound = a_eff + r_eff * e64.abs()
     ok = torch.isfinite(e64) & torch.isfinite(g64)
     diff = (e64 - g64).abs()[ok]
     bound = bound[ok]
@@ -110,11 +112,12 @@ def measure(name: str, problem: Problem, source: str, args: Any, store: Any) -> 
                 if not isinstance(e, torch.Tensor):
                     continue
                 noise = (case.noise[k] if case.noise else None) or 0.0
+                rounding = (case.rounding[k] if case.rounding else None) or 0.0
                 for preset, tol in TOLS.items():
                     t = tol or DEFAULT_TOLERANCES.get(str(e.dtype).replace("torch.", ""), 1e-4)
                     for rule in RULES:
                         key = f"{preset}/{rule}/{dist}"
-                        m = _margin(e, g, t, rule, noise)
+                        m = _margin(e, g, t, rule, noise, rounding)
                         row["margins"][key] = max(row["margins"].get(key, 0.0), m)
     return row
 

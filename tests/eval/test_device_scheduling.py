@@ -490,3 +490,26 @@ def test_the_timing_process_descriptors_are_closed_when_it_cannot_start(builtin,
         with pytest.raises(ref_timer.TimerDied):
             timer.prepare(ref, case, False, 10.0)
         assert set(os.listdir("/proc/self/fd")) <= before
+
+
+def test_timed_calls_get_heavy_inputs_that_the_trials_check(builtin, monkeypatch) -> None:
+    # a kernel may tell the draws apart and take a shortcut on native inputs only (a subsample
+    # within a loose tolerance: attacks_open/r2_native_subsample_mse.py): timing is on heavy
+    p = builtin["relu"]
+    made: list[tuple[int, str]] = []
+    with Evaluator(_settings()) as ev:
+        real_case = ev.refs.case
+
+        def case(ref, seed, dist, *args, **kwargs):
+            made.append((seed, dist))
+            return real_case(ref, seed, dist, *args, **kwargs)
+
+        monkeypatch.setattr(ev.refs, "case", case)
+        v = ev.evaluate(p, p.solution_src)
+        timing_seed = ev.seed(p, 1000)
+    assert v.status is Status.CORRECT and v.speedup is not None, v.message
+    assert [d for seed, d in made if seed == timing_seed] == ["heavy"]
+    s = _settings()
+    assert gpu_timing.timed_distribution(s) == "heavy" and "heavy" in s.distributions
+    s.distributions = ["native", "scaled"]  # a configuration without heavy: a checked draw
+    assert gpu_timing.timed_distribution(s) == "native"

@@ -4,11 +4,12 @@ Covers: structure (number and kind of outputs), exact shape and dtype, values wi
 tolerance (|got - expected| <= atol * scale + rtol * |expected|, no broadcasting), the NaN/Inf
 policy, and mismatch details (max/mean abs diff, worst index with expected vs got, count of
 mismatches). The absolute tolerance's `scale` per output (ATOL_SCALES): `magnitude` (every
-preset) max(rms(expected), noise), where noise is how far the reference's own output moves when
-its inputs move by a few ulps (noise.py, measured per case): an output small beside the work
-that made it keeps a tolerance its size, so zeros or a constant do not pass an absolute
+preset) rms(expected), plus NOISE_FACTOR times the reference's noise (how far its output moves
+when its inputs move by a few ulps: noise.py, measured per case): an output small beside the
+work that made it keeps a tolerance its size, so zeros or a constant do not pass an absolute
 tolerance on small-magnitude outputs (KernelBench issue #165), while an output that is rounding
-noise of large intermediates (a mean of a normalised tensor) tolerates that noise;
+noise of large intermediates (a mean of a normalised tensor) tolerates a few ulps of them,
+never the preset's atol times them;
 under every rule the absolute tolerance also gets ROUNDING_FACTOR times the reference's own
 rounding error (its distance from float64: noise.rounding_error), for outputs whose fp32 value
 is mostly rounding (1 - cos of nearly parallel rows);
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 
-from tritonforge.evaluation.judge.noise import ROUNDING_FACTOR
+from tritonforge.evaluation.judge.noise import NOISE_FACTOR, ROUNDING_FACTOR
 from tritonforge.evaluation.sandbox.protocol import flatten_tensors
 from tritonforge.types import Mismatch, Status
 
@@ -93,10 +94,9 @@ def compare(
                     f"output {idx}: expected a number",
                 )
             e, g = e_t, g_t
-        floor = _at(noise, idx)
         status, mm, why = _compare_tensor(
-            e, g, idx, tolerance_of, nan_policy, atol, rtol, (atol_scale, floor),
-            ROUNDING_FACTOR * _at(rounding, idx),
+            e, g, idx, tolerance_of, nan_policy, atol, rtol,
+            (atol_scale, _at(noise, idx), _at(rounding, idx)),
         )  # fmt: skip
         if status is not Status.CORRECT:
             return status, mm, why
@@ -170,15 +170,32 @@ def rms(e: torch.Tensor) -> float:
     return (total / count) ** 0.5 if count else 0.0
 
 
-def output_scale(e: torch.Tensor, rule: str, noise: float = 0.0) -> float:
+def output_scale(e: torch.Tensor, rule: str) -> float:
     """What the absolute tolerance is multiplied by for output `e` under `rule` (ATOL_SCALES)."""
     if rule == "none":
         return 1.0
     if rule == "output_rms":
         return max(1.0, rms(e))
     if rule == "magnitude":
-        return max(rms(e), noise)
+        return rms(e)
     raise ValueError(f"unknown atol scale {rule!r}; known: {ATOL_SCALES}")
+
+
+def tolerances(
+    e: torch.Tensor, atol: float, rtol: float, rule: str, noise: float = 0.0, rounding: float = 0.0
+) -> tuple[float, float, float]:
+    """(absolute tolerance, relative tolerance, scale) of output `e`: atol x output_scale plus
+    ROUNDING_FACTOR x the reference's rounding error under every rule; under `magnitude` also
+    NOISE_FACTOR x the reference's noise, absolute and relative to the output's rms (an output
+    of mixed magnitudes, a softmax of shifted logits, moves in proportion to each element:
+    noise.py)."""
+    scale = output_scale(e, rule)
+    a_eff, r_eff = atol * scale + ROUNDING_FACTOR * rounding, rtol
+    if rule == "magnitude" and noise:
+        a_eff += NOISE_FACTOR * noise
+        size = rms(e)
+        r_eff += NOISE_FACTOR * noise / size if size > 0 else 0.0
+    return a_eff, r_eff, scale
 
 
 def _compare_tensor(
@@ -189,8 +206,7 @@ def _compare_tensor(
     nan_policy: str,
     atol,
     rtol,
-    scaling: tuple[str, float] = ("output_rms", 0.0),
-    rounding: float = 0.0,
+    scaling: tuple[str, float, float] = ("output_rms", 0.0, 0.0),
 ):
     base = _base(e, g, idx)
     layout = _layout(e, g, idx, base)
@@ -210,8 +226,7 @@ def _compare_tensor(
     # The absolute tolerance is relative to the output's scale (output_scale): a large-magnitude
     # output (a K=4096 matmul on 4x inputs) tolerates the summation-order noise any correct
     # fp32 kernel has near its zeros; under `magnitude` a small one keeps a tolerance its size.
-    scale = output_scale(e, *scaling)
-    a_eff = a * scale + rounding
+    a_eff, r_eff, scale = tolerances(e, a, r, *scaling)
     acc = _Worst()
     for ec, gc in zip(_chunks(e), _chunks(g)):
         ed, gd = _widen(ec), _widen(gc)
@@ -225,12 +240,13 @@ def _compare_tensor(
         both = e_fin & g_fin
         absdiff = (ed - gd).abs()  # real even for complex outputs
         diff = torch.where(both, absdiff, torch.zeros_like(absdiff))
-        bad = nonfinite | (both & (diff > a_eff + r * ed.abs()))
+        bad = nonfinite | (both & (diff > a_eff + r_eff * ed.abs()))
         acc.add(ed, gd, bad, diff)
     shown = f"atol={a:g} (x{scale:.3g} output scale)" if scale != 1.0 else f"atol={a:g}"
-    if rounding:
-        shown += f" + {rounding:.3g} (the reference's own rounding x{ROUNDING_FACTOR:g})"
-    return acc.verdict(e, g, base, idx, f"values differ beyond {shown}, rtol={r:g}")
+    if a_eff > a * scale:
+        shown += f" + {a_eff - a * scale:.3g} (the reference's own noise and rounding)"
+    shown += f", rtol={r:g}" + (f" + {r_eff - r:.3g} (noise)" if r_eff > r else "")
+    return acc.verdict(e, g, base, idx, f"values differ beyond {shown}")
 
 
 class _Worst:
