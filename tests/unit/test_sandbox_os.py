@@ -14,6 +14,7 @@ evaluation (tests/eval/test_os_layer.py).
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import subprocess
@@ -262,3 +263,42 @@ def test_serve_eval_refuses_a_token_on_the_command_line(tmp_path) -> None:
     path.write_text("")
     with pytest.raises(ConfigError, match="empty"):
         config_from_args(_serve_args(token_file=str(path)))
+
+
+LANDLOCK_GPU = textwrap.dedent(
+    """
+    import ctypes, json, os, sys
+    from tritonforge.evaluation.sandbox import landlock
+    scratch, outside, gpu = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)
+    out = {"why": landlock.restrict(scratch, gpu=gpu)}
+    for name, path, mode in (("existing", outside + "/existing", "r+"), ("new", outside + "/new", "w")):
+        try:
+            open(path, mode).write("x")
+            out[name] = "ok"
+        except OSError as exc:
+            out[name] = exc.errno
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.skipif(landlock.abi() < 1, reason="no Landlock in this kernel")
+@pytest.mark.parametrize("gpu", [False, True])
+def test_gpu_workers_may_write_existing_files_only(tmp_path, gpu: bool) -> None:
+    # NVIDIA's driver opens an existing file for writing while CUDA initialises (error 304 on
+    # the H200 with writes of existing files confined); making files stays confined either way
+    import json
+
+    scratch, outside = tmp_path / "scratch", tmp_path / "outside"
+    scratch.mkdir()
+    outside.mkdir()
+    (outside / "existing").write_text("")
+    res = subprocess.run(
+        [sys.executable, "-c", LANDLOCK_GPU, str(scratch), str(outside), "1" if gpu else "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["why"] == "", out
+    assert out["new"] == errno.EACCES
+    assert out["existing"] == ("ok" if gpu else errno.EACCES)

@@ -343,8 +343,8 @@ def _drop_root(spec: SandboxSpec, report: SandboxReport) -> None:
         )
 
 
-def _landlock(report: SandboxReport, scratch: str) -> None:
-    why = landlock.restrict(scratch, tuple(report.private_tmpfs))
+def _landlock(report: SandboxReport, scratch: str, gpu: bool) -> None:
+    why = landlock.restrict(scratch, tuple(report.private_tmpfs), gpu=gpu)
     if not why:
         report.user += f"; {landlock.describe(landlock.abi())}"
     elif not report.namespaces:
@@ -395,7 +395,7 @@ def enter_sandbox(spec: SandboxSpec) -> SandboxReport:
     os.environ.update(env)
     os.chdir(scratch)
     os.umask(0o077)
-    _landlock(report, scratch)
+    _landlock(report, scratch, spec.device == "cuda")
     apply_rlimits(spec)
     _prctl(PR_SET_DUMPABLE, 0)  # /proc/PID/{mem,environ,fd,maps,...}: root's, not this user's
     report.scratch = scratch

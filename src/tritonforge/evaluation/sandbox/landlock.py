@@ -12,7 +12,9 @@ domain it creates is inherited by everything the worker starts and cannot be lif
   reach nothing outside it: libraries that ignore TMPDIR or make POSIX semaphores keep
   working); beneath `/dev`,
   writing to existing files stays (`/dev/null`, the GPU's device nodes) but nothing is created
-  or removed there (`/dev/shm` included). Reads and execution are not restricted (the user's
+  or removed there (`/dev/shm` included). GPU workers may write existing files anywhere their
+  permissions allow (the NVIDIA driver needs it to initialise CUDA; with namespaces the
+  filesystem is read-only anyway). Reads and execution are not restricted (the user's
   file permissions decide). Already open descriptors (the judge's channel, stdout/stderr, memfds)
   keep working;
 - network (ABI 4+): TCP `bind` and `connect` refused (seccomp refuses new sockets anyway);
@@ -109,9 +111,13 @@ def _add_beneath(ruleset: int, path: str, access: int) -> None:
         os.close(fd)
 
 
-def restrict(scratch: str, private: tuple[str, ...] = ()) -> str:
+def restrict(scratch: str, private: tuple[str, ...] = (), gpu: bool = False) -> str:
     """Restrict this process (and all it starts) as the module docstring says; `private`: more
-    folders writable like scratch (the namespace's own tmpfs mounts). Returns "" when done, else
+    folders writable like scratch (the namespace's own tmpfs mounts); `gpu`: existing files may
+    be opened for writing anywhere the user's permissions allow (NVIDIA's driver does so while
+    CUDA initialises, somewhere no single top-level folder of the H200 image holds: with writes
+    of existing files handled, cudaGetDeviceCount fails with error 304; found by bisecting the
+    rules there). Making, removing or renaming files stays confined. Returns "" when done, else
     why not (no Landlock here, or the kernel refused)."""
     version = abi()
     if version < 1:
@@ -124,7 +130,9 @@ def restrict(scratch: str, private: tuple[str, ...] = ()) -> str:
     try:
         for path in (scratch, *private):
             _add_beneath(ruleset, path, fs)
-        if os.path.isdir("/dev"):
+        if gpu:
+            _add_beneath(ruleset, "/", FS_WRITE_FILE | (fs & FS_TRUNCATE))
+        elif os.path.isdir("/dev"):
             _add_beneath(ruleset, "/dev", FS_WRITE_FILE | (fs & FS_TRUNCATE))
         if _libc.syscall(SYS_RESTRICT_SELF, ruleset, 0) != 0:
             return f"Landlock restrict_self refused: {os.strerror(ctypes.get_errno())}"
