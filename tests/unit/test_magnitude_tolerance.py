@@ -109,3 +109,18 @@ def test_shifted_noise_does_not_open_the_tolerance() -> None:
         s = EvalSettings.from_preset(preset)
         assert compare_to_reference(case, bias, s, ref.problem)[0] is Status.NUMERICAL_MISMATCH
         assert compare_to_reference(case, honest, s, ref.problem)[0] is Status.CORRECT
+
+
+def test_a_reference_that_cannot_run_in_float64_has_no_rounding_term() -> None:
+    store = ReferenceStore()
+    fixed = store.reference(
+        _problem("fixed", "x @ torch.ones(256, 4, dtype=torch.float32)", "torch.randn(8, 256)"),
+        "cpu",
+    )
+    assert fixed.wide_runner()([torch.randn(8, 256)]) is None  # float64 x float32 raises
+    case = store.case(fixed, 1, "native")
+    assert case.rounding == [None] and case.noise[0] is not None
+    plain = store.reference(_problem("plain", "x @ x.T", "torch.randn(8, 256)"), "cpu")
+    wide = plain.wide_runner()([torch.randn(8, 256)])
+    assert wide is not None and wide.dtype == torch.float64
+    assert store.case(plain, 1, "native").rounding[0] is not None

@@ -191,10 +191,9 @@ def tolerances(
     noise.py)."""
     scale = output_scale(e, rule)
     a_eff, r_eff = atol * scale + ROUNDING_FACTOR * rounding, rtol
-    if rule == "magnitude" and noise:
+    if rule == "magnitude" and noise:  # (scale is rms(e) under this rule)
         a_eff += NOISE_FACTOR * noise
-        size = rms(e)
-        r_eff += NOISE_FACTOR * noise / size if size > 0 else 0.0
+        r_eff += NOISE_FACTOR * noise / scale if scale > 0 else 0.0
     return a_eff, r_eff, scale
 
 

@@ -134,7 +134,7 @@ def rounding_error(
     """Per top-level output of `expected`, the reference's own rounding error: the larger rms
     distance from float64 of two runs, on `inputs` and on a perturbed copy (`wide(inputs,
     perturb=...)` is the reference recomputed in float64, None where it cannot be:
-    reference.Reference.run_wide). None for float64, integer and bool outputs. The input
+    reference.Reference.wide_runner). None for float64, integer and bool outputs. The input
     perturbation of `output_noise` misses the rounding of an ill-conditioned step inside the
     reference (1 - cos of nearly parallel rows on `shifted` inputs: the same summation order on
     nearly the same inputs rounds the same way); the distance from float64 shows it, and two

@@ -256,24 +256,32 @@ class Reference:
             out = self.model(*dev_inputs)
         return map_tensors(out, lambda t: t.detach())
 
-    def run_wide(
-        self, inputs: list[Any], perturb: Callable[[torch.Tensor], Any] | None = None
-    ) -> Any:
-        """The reference's outputs recomputed in float64 (a copy of the model; floating inputs
-        copied, changed by `perturb` in their own dtype, then widened), or None when the model
-        cannot run so (a dtype fixed inside its forward, an op without float64, no memory
-        left): the yardstick of its own rounding (noise.rounding_error)."""
+    def wide_runner(self) -> Callable[..., Any]:
+        """A runner of the reference recomputed in float64: `run(inputs, perturb=None)` copies
+        the floating inputs, changes them by `perturb` in their own dtype, widens them and runs
+        one float64 copy of the model (made here once, dropped with the runner). It answers
+        None when the model cannot run so (a dtype fixed inside its forward, an op without
+        float64, no memory left): the yardstick of its own rounding (noise.rounding_error)."""
         try:
-            model = copy.deepcopy(self.model).double()
-            dev_inputs = [map_tensors(v, lambda t: t.to(self.device, copy=True)) for v in inputs]
-            if perturb is not None:
-                dev_inputs = [map_tensors(v, perturb) for v in dev_inputs]
-            dev_inputs = [map_tensors(v, _widened) for v in dev_inputs]
-            with torch.no_grad():
-                out = model(*dev_inputs)
-            return map_tensors(out, lambda t: t.detach())
+            model: Any = copy.deepcopy(self.model).double()
         except Exception:  # any failure only means no float64 yardstick
-            return None
+            model = None
+
+        def run(inputs: list[Any], perturb: Callable[[torch.Tensor], Any] | None = None) -> Any:
+            if model is None:
+                return None
+            try:
+                dev = [map_tensors(v, lambda t: t.to(self.device, copy=True)) for v in inputs]
+                if perturb is not None:
+                    dev = [map_tensors(v, perturb) for v in dev]
+                dev = [map_tensors(v, _widened) for v in dev]
+                with torch.no_grad():
+                    out = model(*dev)
+                return map_tensors(out, lambda t: t.detach())
+            except Exception:  # as above
+                return None
+
+        return run
 
 
 # cases kept at most, whatever their bytes: each holds a memfd (a judge of many small problems
@@ -395,7 +403,7 @@ class ReferenceStore:
         noise = rounding = None
         if not stat_runs:
             noise = output_noise(ref.run, inputs, expected, torch.Generator().manual_seed(seed))
-            rounding = rounding_error(ref.run, ref.run_wide, inputs, expected, seed)
+            rounding = rounding_error(ref.run, ref.wide_runner(), inputs, expected, seed)
         in_bytes = sum(t.numel() * t.element_size() for t in flatten_tensors(inputs))
         out_bytes = output_bytes(expected)
         if ref.footprint is None:
