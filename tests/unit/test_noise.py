@@ -20,7 +20,12 @@ import torch.nn.functional as F
 
 from tritonforge.evaluation.judge.compare import compare
 from tritonforge.evaluation.judge.distributions import transform
-from tritonforge.evaluation.judge.noise import ROUNDING_FACTOR, output_noise, rounding_error
+from tritonforge.evaluation.judge.noise import (
+    ROUNDING_FACTOR,
+    output_noise,
+    perturbed,
+    rounding_error,
+)
 from tritonforge.types import Status
 
 
@@ -71,7 +76,8 @@ def judged(inputs: list[torch.Tensor], got: Any, with_rounding: bool) -> Status:
     it (the perturbed inputs' sums round as the originals do); plus the rounding error."""
     expected = cosine_loss(*inputs)
     noise = [0.0]
-    rounding = rounding_error(runner(cosine_loss), wide(cosine_loss), inputs, expected, 0)
+    again = perturbed(runner(cosine_loss), inputs, expected, 0)
+    rounding = rounding_error(wide(cosine_loss), inputs, expected, again, 0)
     rounding = rounding if with_rounding else None
     return compare(expected, got, TOL, "forbid", None, None, "magnitude", noise, rounding)[0]
 
@@ -87,7 +93,7 @@ def test_an_ill_conditioned_output_tolerates_the_references_own_rounding() -> No
 def test_the_perturbation_noise_is_measured_on_the_same_reference() -> None:
     inputs = shifted_pair(0)
     expected = cosine_loss(*inputs)
-    [noise] = output_noise(runner(cosine_loss), inputs, expected, torch.Generator().manual_seed(0))
+    [noise] = output_noise(runner(cosine_loss), inputs, expected, 0)
     assert noise is not None and noise >= 0.0  # (0 in some draws: what judged() assumes)
 
 
@@ -111,7 +117,8 @@ def test_a_constant_answer_fails_where_fp32_can_tell() -> None:
 def test_rounding_error_is_the_larger_distance_from_float64_of_two_draws() -> None:
     inputs = shifted_pair(1)
     expected = cosine_loss(*inputs)
-    [err] = rounding_error(runner(cosine_loss), wide(cosine_loss), inputs, expected, 7)
+    again = perturbed(runner(cosine_loss), inputs, expected, 7)
+    [err] = rounding_error(wide(cosine_loss), inputs, expected, again, 7)
     first = abs(float(expected.double() - cosine_loss(*[x.double() for x in inputs])))
     assert err is not None and err >= first > 0
 
@@ -122,14 +129,17 @@ def test_no_rounding_error_without_a_float_output_or_a_float64_run() -> None:
     def two(v: torch.Tensor):
         return v.sum(), (v > 0).sum()
 
-    err = rounding_error(runner(two), wide(two), [x], two(x), 0)
+    again = perturbed(runner(two), [x], two(x), 0)
+    err = rounding_error(wide(two), [x], two(x), again, 0)
     assert err[0] is not None and err[1] is None
-    cannot = rounding_error(runner(two), lambda inputs, perturb=None: None, [x], two(x), 0)
+    cannot = rounding_error(lambda inputs, perturb=None: None, [x], two(x), again, 0)
     assert cannot == [None, None]  # the model could not run in float64
-    one = rounding_error(runner(two), wide(lambda v: v.sum()), [x], two(x), 0)
+    one = rounding_error(wide(lambda v: v.sum()), [x], two(x), again, 0)
     assert one == [None, None]  # a different structure
+    assert rounding_error(wide(two), [x], two(x), None, 0) == [None, None]  # no values (meta)
     xd = x.double()
-    assert rounding_error(runner(torch.exp), wide(torch.exp), [xd], torch.exp(xd), 0) == [None]
+    again_d = perturbed(runner(torch.exp), [xd], torch.exp(xd), 0)
+    assert rounding_error(wide(torch.exp), [xd], torch.exp(xd), again_d, 0) == [None]
 
 
 def test_a_well_conditioned_output_gets_next_to_nothing() -> None:
@@ -140,6 +150,7 @@ def test_a_well_conditioned_output_gets_next_to_nothing() -> None:
         return x @ y
 
     expected = mm(a, b)
-    [err] = rounding_error(runner(mm), wide(mm), [a, b], expected, 0)
+    again = perturbed(runner(mm), [a, b], expected, 0)
+    [err] = rounding_error(wide(mm), [a, b], expected, again, 0)
     rms = float(expected.pow(2).mean().sqrt())
     assert err is not None and ROUNDING_FACTOR * err < 1e-4 * rms  # below atol x rms

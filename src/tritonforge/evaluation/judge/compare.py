@@ -69,7 +69,7 @@ def compare(
 ) -> tuple[Status, Mismatch | None, str]:
     """(CORRECT, None, "") or the failing status, its details and a one-line reason.
     `atol_scale`: ATOL_SCALES; `noise`: per top-level output, the reference's measured noise
-    scale (magnitude only; None or absent: 0); `rounding`: per top-level output, the
+    (noise.noise_of, in the output's units; magnitude only; None or absent: 0); `rounding`: per top-level output, the
     reference's own rounding error (noise.rounding_error), ROUNDING_FACTOR times of which is
     added to the absolute tolerance under every rule."""
     exp_items, got_items = _as_list(expected), _as_list(got)

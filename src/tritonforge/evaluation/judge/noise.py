@@ -3,16 +3,18 @@ honest kernel's different summation order makes, measured on the reference itsel
 
 Covers: `Perturber`, which multiplies every floating element of an input copy by (1 + d * v),
 v uniform in [-1, 1], d = PERTURB_ULPS x the dtype's epsilon (in place, a chunk at a time);
-`output_noise(run, inputs, expected, gen)`: per top-level output, rms(run(perturbed) -
-expected), the output's noise (None for integer and bool outputs). Rounding errors of a kernel
+`perturbed(run, inputs, expected, seed)`: the reference on a perturbed copy of its inputs;
+`noise_of(expected, again)` (and `output_noise`, both at once): per top-level output,
+rms(again - expected), the output's noise (None for integer and bool outputs). Rounding errors of a kernel
 grow with its inputs' magnitude and its reduction lengths, not with its output's: for a
 well-conditioned output the noise is a few ulps of the output's own rms, for a mean of a
 normalised tensor (KernelBench L2/23) or a layer norm of shifted inputs a few ulps of the
 intermediates, and a constant output of exact arithmetic has none. compare.py's `magnitude`
 rule adds NOISE_FACTOR times it to the absolute tolerance (atol x rms(expected)); degenerate.py
-perturbs the same way for its yardstick of "the same output". `rounding_error(run, wide, inputs, expected, seed)`: per output, its rms distance
-from the same reference run in float64 (the larger of two draws), which compare.py adds (ROUNDING_FACTOR times) to the absolute
-tolerance under every rule. Does not cover: which reference (reference.py), the comparison
+perturbs the same way for its yardstick of "the same output".
+`rounding_error(wide, inputs, expected, again, seed)`: per output, its rms distance from the
+same reference run in float64 (the larger of two draws), which compare.py adds
+(ROUNDING_FACTOR times) to the absolute tolerance under every rule. Does not cover: which reference (reference.py), the comparison
 itself (compare.py).
 """
 
@@ -108,45 +110,47 @@ def item_noise(e: Any, again: Any) -> float | None:
     return None
 
 
-def output_noise(
-    run: Callable[..., Any], inputs: list[Any], expected: Any, gen: torch.Generator
-) -> list[float | None]:
-    """Per top-level output of `expected`, its noise: how far it moves (rms, in the output's
-    units) when the inputs move by PERTURB_ULPS ulps; `run(inputs, perturb=...)` is the
-    reference run on perturbed copies of `inputs` (reference.Reference.run)."""
+def perturbed(run: Callable[..., Any], inputs: list[Any], expected: Any, seed: int) -> Any:
+    """`run(inputs, perturb=...)` on copies of `inputs` moved by PERTURB_ULPS ulps (the draw of
+    seed `seed`), or None on the meta device (no values: it stands in for a GPU in tests)."""
+    if any(t.is_meta for t in _tensors(inputs) + _tensors(_items(expected))):
+        return None
+    return run(inputs, perturb=Perturber(torch.Generator().manual_seed(seed)))
+
+
+def noise_of(expected: Any, again: Any) -> list[float | None]:
+    """Per top-level output of `expected`, its noise: how far it moved (rms, in the output's
+    units) in `again`, the same reference on perturbed inputs (`perturbed`; None: no values)."""
     exp_items = _items(expected)
-    if any(t.is_meta for t in _tensors(inputs) + _tensors(exp_items)):
-        return [None] * len(exp_items)  # no values (the meta device stands in for a GPU in tests)
-    perturb = Perturber(gen)
-    again_items = _items(run(inputs, perturb=perturb))
+    again_items = _items(again) if again is not None else []
     if len(exp_items) != len(again_items):
         return [None] * len(exp_items)
     return [item_noise(e, a) for e, a in zip(exp_items, again_items)]
 
 
+def output_noise(run: Callable[..., Any], inputs: list[Any], expected: Any, seed: int):
+    """`noise_of` the reference `run` (reference.Reference.run) on the perturbed draw `seed`."""
+    return noise_of(expected, perturbed(run, inputs, expected, seed))
+
+
 def rounding_error(
-    run: Callable[..., Any],
-    wide: Callable[..., Any],
-    inputs: list[Any],
-    expected: Any,
-    seed: int,
+    wide: Callable[..., Any], inputs: list[Any], expected: Any, again: Any, seed: int
 ) -> list[float | None]:
     """Per top-level output of `expected`, the reference's own rounding error: the larger rms
-    distance from float64 of two runs, on `inputs` and on a perturbed copy (`wide(inputs,
-    perturb=...)` is the reference recomputed in float64, None where it cannot be:
-    reference.Reference.wide_runner). None for float64, integer and bool outputs. The input
-    perturbation of `output_noise` misses the rounding of an ill-conditioned step inside the
-    reference (1 - cos of nearly parallel rows on `shifted` inputs: the same summation order on
-    nearly the same inputs rounds the same way); the distance from float64 shows it, and two
-    draws keep one lucky near-exact run from standing for it."""
+    distance from float64 of two runs, `expected` on `inputs` and `again` on the perturbed draw
+    `seed` (`perturbed`); `wide(inputs, perturb=...)` is the reference recomputed in float64,
+    None where it cannot be (reference.Reference.wide_runner). None for float64, integer and
+    bool outputs. The input perturbation of `noise_of` misses the rounding of an ill-conditioned
+    step inside the reference (1 - cos of nearly parallel rows on `shifted` inputs: the same
+    summation order on nearly the same inputs rounds the same way); the distance from float64
+    shows it, and two draws keep one lucky near-exact run from standing for it."""
     exp_items = _items(expected)
     out: list[float | None] = [None] * len(exp_items)
-    if any(t.is_meta for t in _tensors(inputs) + _tensors(exp_items)):
-        return out
+    if again is None:
+        return out  # no values (perturbed: the meta device)
     first = wide(inputs)
     if first is None:
         return out
-    again = run(inputs, perturb=Perturber(torch.Generator().manual_seed(seed)))
     again_wide = wide(inputs, perturb=Perturber(torch.Generator().manual_seed(seed)))
     for got, exact in ((expected, first), (again, again_wide)):
         got_items = _items(got)

@@ -48,7 +48,7 @@ from tritonforge.evaluation.judge.admission import Footprint, JudgeOutOfMemory
 from tritonforge.evaluation.judge.compare import output_bytes
 from tritonforge.evaluation.judge.distributions import transform
 from tritonforge.evaluation.judge.gpu_lock import judge_device
-from tritonforge.evaluation.judge.noise import output_noise, rounding_error
+from tritonforge.evaluation.judge.noise import noise_of, perturbed, rounding_error
 from tritonforge.evaluation.judge.problem_check import cannot_run, missing_reason, randomness
 from tritonforge.evaluation.judge.rng import generator_key, must_hold, seeded
 from tritonforge.evaluation.sandbox.classify import is_device_oom
@@ -402,8 +402,9 @@ class ReferenceStore:
         stat_runs = randomness(ref, inputs, expected)  # checked on the first case
         noise = rounding = None
         if not stat_runs:
-            noise = output_noise(ref.run, inputs, expected, torch.Generator().manual_seed(seed))
-            rounding = rounding_error(ref.run, ref.wide_runner(), inputs, expected, seed)
+            again = perturbed(ref.run, inputs, expected, seed)  # one run serves both
+            noise = noise_of(expected, again)
+            rounding = rounding_error(ref.wide_runner(), inputs, expected, again, seed)
         in_bytes = sum(t.numel() * t.element_size() for t in flatten_tensors(inputs))
         out_bytes = output_bytes(expected)
         if ref.footprint is None:
